@@ -1,0 +1,241 @@
+"""Async client for the six ManagedRunner endpoints: typed results, brief retries, a shared request budget.
+
+JSON becomes wire models here and nowhere else; failures become `errors.CloudError`. The token never
+reaches a repr, a log line or an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pydantic
+
+from runner_operator.cloud import budget as budgets
+from runner_operator.cloud import errors, models
+from runner_operator.cloud.retrying import RetryPolicy
+
+COLLECTION = "/v1/sandbox/managedRunners"
+
+
+class CloudClient:
+    """One credential's view of the API. Use as `async with CloudClient(url, token) as cloud: ...`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | pydantic.SecretStr,
+        *,
+        http: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        budget: budgets.RequestBudget | None = None,
+        sleep: budgets.Sleep = asyncio.sleep,
+        clock: budgets.Clock = time.monotonic,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        """An injected `http` client stays owned by the caller; otherwise one is built (on `transport`).
+
+        Without `budget`, the process-wide budget for (base_url, token) is used.
+        """
+        self._base_url = base_url.rstrip("/")
+        self._token = token if isinstance(token, pydantic.SecretStr) else pydantic.SecretStr(token)
+        self._owns_http = http is None
+        self._http = http if http is not None else httpx.AsyncClient(transport=transport)
+        self._timeout = httpx.Timeout(timeout)
+        self._retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._clock = clock
+        self._jitter = jitter
+        self.budget = budget or budgets.shared(self._base_url, self._token.get_secret_value(), clock=clock)
+
+    def __repr__(self) -> str:
+        return f"CloudClient(base_url={self._base_url!r})"
+
+    async def __aenter__(self) -> CloudClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    # --- endpoints ------------------------------------------------------------------------------
+
+    async def create(self, runner: models.ManagedRunner, request_id: str) -> models.ManagedRunner:
+        """Create a runner; retries and repeats are safe only because `request_id` stays the same."""
+        if not request_id:
+            raise ValueError("create needs a request_id that the caller persists and reuses")
+        body = models.to_wire(runner, request=True)
+        body.pop("etag", None)
+        identity = body.get("identity")
+        if isinstance(identity, dict) and isinstance(identity.get("zone"), str):
+            identity["zone"] = identity["zone"].lower()
+        data = await self._call("POST", COLLECTION, params={"requestId": request_id}, json=body)
+        return _runner(data)
+
+    async def get(self, runner_id: str) -> models.ManagedRunner:
+        """Read a runner; raises errors.NotFound when it does not exist (or its deletion finished)."""
+        return _runner(await self._call("GET", _item(runner_id)))
+
+    async def find(self, runner_id: str) -> models.ManagedRunner | None:
+        """Read a runner, or None when it does not exist."""
+        try:
+            return await self.get(runner_id)
+        except errors.NotFound:
+            return None
+
+    async def iter_runners(self, page_size: int | None = None) -> AsyncIterator[models.ManagedRunner]:
+        """Every runner of the organisation, page by page."""
+        params: dict[str, str] = {}
+        if page_size:
+            params["pageSize"] = str(page_size)
+        seen: set[str] = set()
+        while True:
+            data = await self._call("GET", COLLECTION, params=params)
+            items = data.get("managedRunners", data.get("runners")) or []
+            if not isinstance(items, list):
+                raise errors.IncompatibleServer("list response has no array of runners")
+            for item in items:
+                yield _runner(item)
+            token = data.get("nextPageToken")
+            if not token:
+                return
+            if not isinstance(token, str) or token in seen:
+                raise errors.IncompatibleServer("list pagination does not advance")
+            seen.add(token)
+            params["pageToken"] = token
+
+    async def update(
+        self,
+        runner_id: str,
+        body: models.ManagedRunner | Mapping[str, Any],
+        update_mask: Iterable[str],
+        etag: str | None = None,
+    ) -> models.ManagedRunner:
+        """PATCH the fields named by `update_mask` (camelCase paths); a named field absent in `body` resets.
+
+        `etag` (or the body's own) must come from the read that produced a policy being written.
+        """
+        mask = sorted(set(update_mask))
+        if not mask:
+            raise ValueError("an update needs at least one mask path")
+        wire = models.to_wire(body, request=True) if isinstance(body, models.ManagedRunner) else dict(body)
+        if etag is not None:
+            wire["etag"] = etag
+        data = await self._call(
+            "PATCH",
+            _item(runner_id),
+            params={"updateMask": ",".join(mask)},
+            json=wire,
+            policy_update="policy" in mask,
+        )
+        return _runner(data)
+
+    async def delete(self, runner_id: str, allow_missing: bool = True) -> None:
+        """Start decommissioning; with `allow_missing` an unknown runner counts as deleted."""
+        params = {"allowMissing": "true"} if allow_missing else {}
+        try:
+            await self._call("DELETE", _item(runner_id), params=params)
+        except errors.NotFound:
+            if not allow_missing:
+                raise
+
+    async def apply_available_update(self, runner_id: str) -> models.ManagedRunner:
+        """Roll the runner to the newest version of its channel (FAILED_PRECONDITION if none is available)."""
+        return _runner(await self._call("POST", f"{_item(runner_id)}:applyAvailableUpdate", json={}))
+
+    # --- transport ------------------------------------------------------------------------------
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json: Any = None,
+        policy_update: bool = False,
+    ) -> dict[str, Any]:
+        deadline = self._clock() + self._retry.budget
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self.budget.acquire(self._sleep, max_wait=max(0.0, deadline - self._clock()))
+            except budgets.BudgetExhausted as exc:
+                raise errors.RateLimited("local request budget exhausted", retry_after=exc.wait) from None
+            outcome = await self._attempt(method, path, params, json, policy_update)
+            if isinstance(outcome, dict):
+                return outcome
+            error = outcome
+            if isinstance(error, errors.RateLimited) and error.http_status == 429:
+                self.budget.record_rate_limited(error.retry_after)
+            if not isinstance(error, errors.Unavailable):
+                raise error
+            delay = self._retry.delay(attempt, getattr(error, "retry_after", None), self._jitter)
+            if attempt >= self._retry.max_attempts or self._clock() + delay > deadline:
+                raise error
+            await self._sleep(delay)
+
+    async def _attempt(
+        self, method: str, path: str, params: Mapping[str, str] | None, json: Any, policy_update: bool
+    ) -> dict[str, Any] | errors.CloudError:
+        headers = {
+            "Authorization": f"Bearer {self._token.get_secret_value()}",
+            "Accept": "application/json",
+        }
+        try:
+            response = await self._http.request(
+                method,
+                self._base_url + path,
+                params=params,
+                json=json,
+                headers=headers,
+                timeout=self._timeout,
+            )
+        except httpx.TimeoutException as exc:
+            # Never chain: httpx exceptions hold the request, whose headers hold the token.
+            return errors.Unavailable(f"request timed out ({type(exc).__name__})", code="DEADLINE_EXCEEDED")
+        except httpx.TransportError as exc:
+            return errors.Unavailable(f"transport error ({type(exc).__name__})", code="UNAVAILABLE")
+        if not response.is_success:
+            return errors.from_response(response, policy_update=policy_update)
+        if not response.content:
+            return {}
+        try:
+            data = response.json()
+        except ValueError:
+            return errors.IncompatibleServer("response is not JSON", http_status=response.status_code)
+        if not isinstance(data, dict):
+            return errors.IncompatibleServer(
+                "response is not a JSON object", http_status=response.status_code
+            )
+        return data
+
+
+def _item(runner_id: str) -> str:
+    if not runner_id:
+        raise ValueError("runner_id must not be empty")
+    return f"{COLLECTION}/{quote(runner_id, safe='')}"
+
+
+def _runner(data: object) -> models.ManagedRunner:
+    # A "policy-only" v1 server omits spec; reading that as "spec reset to defaults" would be wrong.
+    if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+        raise errors.IncompatibleServer("runner in response has no spec")
+    try:
+        return models.parse_runner(data)
+    except pydantic.ValidationError as exc:
+        where = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:5])
+        raise errors.IncompatibleServer(f"runner in response does not parse at: {where}") from None

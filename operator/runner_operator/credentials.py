@@ -1,0 +1,141 @@
+"""Credentials and Secret-backed values for one ManagedRunner, read with `get` on named Secrets only.
+
+A resource may reference Secrets in its own namespace only (the CRD has no namespace field for
+them). Values never leave this module except as the token handed to the API client and the env
+values handed to the desired-runner translation; errors name the Secret and key, never a value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from pydantic import SecretStr
+
+from runner_operator import resource
+from runner_operator.cloud.client import CloudClient
+from runner_operator.reconciling import CredentialsProblem
+from runner_operator.settings import Settings
+
+SecretGetter = Callable[[str, str], Mapping[str, str] | None]
+"""(namespace, name) -> decoded Secret data, or None when the Secret does not exist."""
+Reader = Callable[[str, str], Awaitable[Mapping[str, str] | None]]
+
+
+def kubernetes_secret_getter() -> SecretGetter:
+    """A getter on the official client (in-cluster config first, then the kubeconfig)."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    core = client.CoreV1Api()
+
+    def get(namespace: str, name: str) -> Mapping[str, str] | None:
+        try:
+            secret = core.read_namespaced_secret(name, namespace)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 403:
+                raise CredentialsProblem(
+                    "SecretAccessDenied",
+                    f"the operator may not read Secret {namespace}/{name} (403): check its RBAC",
+                ) from None
+            raise CredentialsProblem(
+                "SecretReadFailed", f"reading Secret {namespace}/{name} failed: HTTP {exc.status}"
+            ) from None
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+    return get
+
+
+@dataclass
+class Resolved:
+    token: SecretStr
+    env: dict[tuple[str, str], str]
+
+
+@dataclass
+class Credentials:
+    """Resolves tokens and env Secrets, and keeps one API client per (endpoint, token)."""
+
+    settings: Settings
+    getter: SecretGetter
+    _clients: dict[str, CloudClient] = field(default_factory=dict)
+
+    async def resolve(self, res: resource.ManagedRunnerResource) -> Resolved:
+        """The token for this resource and the values of every Secret its env references."""
+        cache: dict[str, Mapping[str, str] | None] = {}
+
+        async def read(namespace: str, name: str) -> Mapping[str, str] | None:
+            key = f"{namespace}/{name}"
+            if key not in cache:
+                cache[key] = await asyncio.to_thread(self.getter, namespace, name)
+            return cache[key]
+
+        token = await self._token(res, read)
+        env: dict[tuple[str, str], str] = {}
+        for ref in res.env_secret_refs():
+            data = await read(res.namespace, ref.name)
+            if data is None:
+                raise CredentialsProblem(
+                    "SecretNotFound", f"Secret {res.namespace}/{ref.name} (env) not found"
+                )
+            if ref.key not in data:
+                raise CredentialsProblem(
+                    "SecretKeyMissing", f"Secret {res.namespace}/{ref.name} has no key {ref.key!r}"
+                )
+            env[(ref.name, ref.key)] = data[ref.key]
+        return Resolved(token=token, env=env)
+
+    def client(self, token: SecretStr) -> CloudClient:
+        """The shared client for this token (its request budget is shared by every runner using it)."""
+        key = hashlib.sha256(token.get_secret_value().encode()).hexdigest()
+        found = self._clients.get(key)
+        if found is None:
+            found = CloudClient(
+                self.settings.api_endpoint,
+                token,
+                timeout=self.settings.request_timeout,
+            )
+            self._clients[key] = found
+        return found
+
+    async def aclose(self) -> None:
+        for cloud in self._clients.values():
+            await cloud.aclose()
+        self._clients.clear()
+
+    async def _token(self, res: resource.ManagedRunnerResource, read: Reader) -> SecretStr:
+        ref = res.spec.credentials.secret_ref if res.spec.credentials else None
+        if ref is not None:
+            return await self._from_secret(read, res.namespace, ref.name, ref.key, "spec.credentials")
+        if self.settings.default_secret:
+            namespace, _, rest = self.settings.default_secret.partition("/")
+            name, _, key = rest.partition(":")
+            return await self._from_secret(read, namespace, name, key or "token", "the operator's default")
+        if self.settings.default_token is not None:
+            return self.settings.default_token
+        raise CredentialsProblem(
+            "CredentialsMissing",
+            "no API token: set spec.credentials.secretRef or configure the operator's default credentials",
+        )
+
+    @staticmethod
+    async def _from_secret(read: Reader, namespace: str, name: str, key: str, origin: str) -> SecretStr:
+        data = await read(namespace, name)
+        if data is None:
+            raise CredentialsProblem(
+                "CredentialsSecretNotFound", f"credentials Secret {namespace}/{name} ({origin}) not found"
+            )
+        if not data.get(key):
+            raise CredentialsProblem(
+                "CredentialsKeyMissing",
+                f"credentials Secret {namespace}/{name} has no (non-empty) key {key!r}",
+            )
+        return SecretStr(str(data[key]).strip())

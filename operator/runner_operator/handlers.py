@@ -1,0 +1,237 @@
+"""The kopf layer: registers handlers, applies `reconciling.Outcome`s, translates them to kopf's retries.
+
+Only this module (and the CLI) imports kopf. Storage choices keep kopf's bookkeeping out of
+metadata: progress and diff-base live under `status.kopf`, so long waits never touch the
+object's metadata or spec (Argo CD refreshes on metadata changes). Events are posted
+explicitly with stable reasons; kopf's own log lines are not turned into Events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import kopf
+
+from runner_operator import reconciling, reporting, resource, settings
+from runner_operator.credentials import Credentials, kubernetes_secret_getter
+from runner_operator.reconciling import CredentialsProblem, Outcome
+
+GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
+FINALIZER = f"{GROUP}/finalizer"
+
+# kopf reads decorator arguments at import time, so the cadence comes from the environment now.
+CONFIG = settings.load()
+MEDIUM_INTERVAL = max(CONFIG.fast_interval * 15, 30.0)
+
+log = logging.getLogger(__name__)
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
+    settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field="status.kopf.lastHandled")
+    settings.posting.loggers = False
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    memo.credentials = Credentials(CONFIG, kubernetes_secret_getter())
+    memo.locks = {}
+
+
+@kopf.on.cleanup()
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    credentials: Credentials | None = memo.get("credentials")
+    if credentials is not None:
+        await credentials.aclose()
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def runner_claims(
+    spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, namespace: str | None, name: str, **_: Any
+) -> dict[str, Any]:
+    """runnerId -> (holds it?, created, namespace/name, uid) per ManagedRunner; the smallest claim wins."""
+    runner_id = str(spec.get("runnerId"))
+    holds = 0 if status.get("runnerId") == runner_id else 1
+    created = str(meta.get("creationTimestamp") or "")
+    return {runner_id: (holds, created, f"{namespace}/{name}", str(meta.get("uid")))}
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def reconcile(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    runner_claims: kopf.Index[str, Any] | None = None,
+    **_: Any,
+) -> None:
+    """React to a new or changed spec at once; timers take over the waiting."""
+    outcome = await _pass(body, patch, memo, runner_claims)
+    if outcome is None:
+        return
+    if outcome.terminal:
+        raise kopf.PermanentError(_message(outcome))
+    if outcome.cadence == "medium":
+        raise kopf.TemporaryError(_message(outcome), delay=outcome.retry_after or MEDIUM_INTERVAL)
+
+
+def _cadence_is(wanted: str) -> Callable[..., bool]:
+    def when(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
+        return meta.get("deletionTimestamp") is None and reporting.cadence(status) == wanted
+
+    return when
+
+
+def _jitter(**_: Any) -> float:
+    return random.uniform(0, CONFIG.resync_interval)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, id="poll", interval=CONFIG.fast_interval, when=_cadence_is("fast"))
+@kopf.timer(
+    GROUP,
+    VERSION,
+    PLURAL,
+    id="retry",
+    interval=MEDIUM_INTERVAL,
+    initial_delay=CONFIG.fast_interval,
+    when=_cadence_is("medium"),
+)
+@kopf.timer(
+    GROUP,
+    VERSION,
+    PLURAL,
+    id="resync",
+    interval=CONFIG.resync_interval,
+    initial_delay=_jitter,
+    when=_cadence_is("slow"),
+)
+async def observe(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    runner_claims: kopf.Index[str, Any] | None = None,
+    **_: Any,
+) -> None:
+    """Level-triggered observation: fast while in flight, slower when degraded, slow and jittered when steady.
+
+    Never raises PermanentError: that would stop this timer for good.
+    """
+    outcome = await _pass(body, patch, memo, runner_claims)
+    if outcome is not None and outcome.retry_after:
+        raise kopf.TemporaryError(_message(outcome), delay=outcome.retry_after)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def finalize(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    runner_claims: kopf.Index[str, Any] | None = None,
+    **_: Any,
+) -> None:
+    """Keep the finalizer until the API confirms the runner is gone (or it is orphaned).
+
+    Only TemporaryError leaves here: a permanent failure would make kopf drop the finalizer and
+    leak the runner. Past the deadline it keeps retrying, slower, with Stalled=True.
+    """
+    outcome = await _pass(body, patch, memo, runner_claims)
+    if outcome is not None and outcome.release:
+        return
+    delay = CONFIG.fast_interval
+    if outcome is not None:
+        stalled = bool((outcome.status.get("deletion") or {}).get("stalled"))
+        if outcome.retry_after:
+            delay = outcome.retry_after
+        elif stalled or outcome.cadence != "fast":
+            delay = MEDIUM_INTERVAL
+    raise kopf.TemporaryError(
+        _message(outcome) if outcome else "waiting for the runner to be deleted", delay=delay
+    )
+
+
+async def _pass(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, claims: kopf.Index[str, Any] | None
+) -> Outcome | None:
+    """One serialised reconcile pass for this object; the outcome is applied to `patch` and Events."""
+    uid = str(body.get("metadata", {}).get("uid"))
+    locks: dict[str, asyncio.Lock] = memo.locks
+    lock = locks.setdefault(uid, asyncio.Lock())
+    async with lock:
+        try:
+            res = resource.ManagedRunnerResource.from_body(body)
+        except ValueError as exc:
+            # The CRD should have rejected it; report instead of crashing the worker.
+            _report_invalid(body, patch, exc)
+            return None
+        ctx = reconciling.Context(
+            now=datetime.datetime.now(datetime.UTC),
+            deletion_timeout=CONFIG.deletion_timeout,
+            claimed_by=_claimed_by(res, claims or {}),
+        )
+        credentials: Credentials = memo.credentials
+        try:
+            resolved = await credentials.resolve(res)
+        except CredentialsProblem as exc:
+            outcome = reconciling.failed(res, ctx, exc)
+        else:
+            ctx = reconciling.Context(**{**ctx.__dict__, "secrets": resolved.env})
+            outcome = await reconciling.reconcile(res, credentials.client(resolved.token), ctx)
+    _apply(body, patch, outcome)
+    if outcome.release:
+        locks.pop(uid, None)
+    return outcome
+
+
+def _apply(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
+    for key, value in outcome.status.items():
+        patch.status[key] = value
+    for event in outcome.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        log.info(
+            "%s/%s %s: %s",
+            body.get("metadata", {}).get("namespace"),
+            body.get("metadata", {}).get("name"),
+            event.reason,
+            event.message,
+        )
+
+
+def _report_invalid(body: kopf.Body, patch: kopf.Patch, exc: ValueError) -> None:
+    message = f"the spec could not be read: {str(exc).splitlines()[0][:300]}"
+    patch.status["conditions"] = [
+        {
+            "type": "Synced",
+            "status": "False",
+            "reason": "InvalidSpec",
+            "message": message,
+            "lastTransitionTime": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "observedGeneration": body.get("metadata", {}).get("generation"),
+        }
+    ]
+    kopf.event(body, type="Warning", reason="InvalidSpec", message=message)
+
+
+def _claimed_by(res: resource.ManagedRunnerResource, claims: Mapping[str, Any]) -> str | None:
+    """Another resource that holds, or first claimed, the same runner ID."""
+    entries = list(claims.get(res.spec.runner_id, ()))
+    if not any(entry[3] != res.uid for entry in entries):
+        return None
+    first = min(entries)
+    return None if first[3] == res.uid else str(first[2])
+
+
+def _message(outcome: Outcome | None) -> str:
+    if outcome is None:
+        return ""
+    for cond in outcome.status.get("conditions") or ():
+        if cond.get("type") == "Synced" and cond.get("status") == "False":
+            return f"{cond.get('reason')}: {cond.get('message')}"
+    for cond in outcome.status.get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return f"{cond.get('reason')}: {cond.get('message')}"
+    return ""

@@ -1,0 +1,213 @@
+"""The pure decision: given what the resource wants and what the cloud has, choose ONE next action.
+
+No I/O and no clock: the reconciler gathers `Facts`, calls `plan`, performs the action and
+reports. Every branch is a row in tests/unit/test_planning.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from runner_operator.cloud import diff
+from runner_operator.cloud.models import InstallStatus, ManagedRunner
+
+DeletionPolicy = Literal["Delete", "Orphan"]
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the reconciler observed, in one value."""
+
+    desired: ManagedRunner
+    observed: ManagedRunner | None
+    deleting: bool = False
+    paused: bool = False
+    adopt: bool = False
+    deletion_policy: DeletionPolicy = "Delete"
+    bound: bool = False
+    """status says this resource created or adopted the runner."""
+    request_id: str | None = None
+    """the create idempotency key persisted in status, if any."""
+    new_request_id: str = ""
+    """a fresh key to persist if a create is needed and none is stored yet."""
+    claimed_by: str | None = None
+    """another ManagedRunner (namespace/name) that claims the same runner ID first."""
+
+
+@dataclass(frozen=True)
+class ReserveRequestId:
+    """Persist a create idempotency key in status before any create call."""
+
+    request_id: str
+    recreate: bool = False
+
+
+@dataclass(frozen=True)
+class Create:
+    body: ManagedRunner
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Adopt:
+    """Bind an existing runner whose identity matches; updates follow on the next pass."""
+
+
+@dataclass(frozen=True)
+class Update:
+    change: diff.Update
+
+
+@dataclass(frozen=True)
+class Delete:
+    runner_id: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """Deletion is finished (or the runner is orphaned): the finalizer may go."""
+
+    orphaned: bool = False
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to send now; observe again soon (install, rollout or deletion in flight)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Idle:
+    """In sync; observe again at the steady-state cadence."""
+
+    reason: str = "InSync"
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A problem only a spec change (or an outside action) can fix; no call is made."""
+
+    reason: str
+    message: str
+
+
+Action = ReserveRequestId | Create | Adopt | Update | Delete | Release | Wait | Idle | Conflict
+
+
+def plan(facts: Facts) -> Action:
+    """Choose the next step; see the module docstring."""
+    if facts.deleting:
+        return _plan_deletion(facts)
+    if facts.claimed_by:
+        return Conflict(
+            "DuplicateRunnerId",
+            f"runner ID {_runner_id(facts)!r} is already claimed by ManagedRunner {facts.claimed_by}; "
+            "each runner must be managed by exactly one resource",
+        )
+    observed = facts.observed
+    if observed is None:
+        return _plan_absent(facts)
+    if not facts.bound:
+        return _plan_unbound(facts, observed)
+    if observed.install_status == InstallStatus.DELETING:
+        return Wait(
+            "DeletingOutOfBand", "the runner is being deleted outside Kubernetes; it will be recreated"
+        )
+    changed = identity_changes(facts.desired, observed)
+    if changed:
+        return Conflict(
+            "ImmutableFieldChanged",
+            f"{', '.join(changed)} differ from the existing runner and cannot be changed in place: "
+            "create a new ManagedRunner for the new cluster or zone and delete this one",
+        )
+    if facts.paused:
+        return Idle("Paused", "spec.paused is true: observing only, no changes are sent")
+    change = diff.compute_update(facts.desired, observed)
+    if change is not None:
+        return Update(change)
+    return _progress(observed)
+
+
+def identity_changes(desired: ManagedRunner, observed: ManagedRunner) -> list[str]:
+    """Immutable identity fields (spec names) whose desired value differs from the runner's."""
+    return [path.removeprefix("identity.") for path in diff.immutable_differences(desired, observed)]
+
+
+def _runner_id(facts: Facts) -> str:
+    return (facts.desired.identity.runner_id if facts.desired.identity else None) or ""
+
+
+def _plan_deletion(facts: Facts) -> Action:
+    if facts.deletion_policy == "Orphan":
+        return Release(orphaned=True)
+    observed = facts.observed
+    if observed is None:
+        return Release()
+    if not facts.bound:
+        if facts.request_id:
+            # A create may have landed before a crash: replaying it proves whether the runner is ours.
+            return Create(facts.desired, facts.request_id)
+        return Release()
+    if observed.install_status == InstallStatus.DELETING:
+        return Wait("Deleting", "the runner is being decommissioned")
+    return Delete(_runner_id(facts))
+
+
+def _plan_absent(facts: Facts) -> Action:
+    if facts.paused:
+        return Idle("Paused", "spec.paused is true: the runner does not exist and will not be created")
+    if facts.bound:
+        # It existed and is gone: someone deleted it outside Kubernetes. Start a fresh create.
+        return ReserveRequestId(facts.new_request_id, recreate=True)
+    if not facts.request_id:
+        return ReserveRequestId(facts.new_request_id)
+    return Create(facts.desired, facts.request_id)
+
+
+def _plan_unbound(facts: Facts, observed: ManagedRunner) -> Action:
+    if facts.request_id:
+        # Our create may have succeeded before we could record it; the same key replays it.
+        return Create(facts.desired, facts.request_id)
+    if not facts.adopt:
+        return Conflict(
+            "RunnerIdTaken",
+            f"a runner with ID {_runner_id(facts)!r} already exists in the organization; "
+            "set spec.adopt: true to manage it from this resource, or choose another runnerId",
+        )
+    changed = identity_changes(facts.desired, observed)
+    if changed:
+        return Conflict(
+            "AdoptionMismatch",
+            f"cannot adopt runner {_runner_id(facts)!r}: its {', '.join(changed)} differ from the spec",
+        )
+    return Adopt()
+
+
+def _progress(observed: ManagedRunner) -> Action:
+    status = observed.install_status or InstallStatus.UNSPECIFIED
+    if status == InstallStatus.FAILED:
+        return Wait("InstallFailed", _install_error(observed))
+    if status in (InstallStatus.PENDING, InstallStatus.PROVISIONING, InstallStatus.UNSPECIFIED):
+        return Wait("Installing", f"install status is {status}")
+    if observed.rollout_in_progress or (observed.active_revision or 0) < (observed.target_revision or 0):
+        return Wait(
+            "RollingOut",
+            f"rolling out revision {observed.target_revision} (active {observed.active_revision or 0})",
+        )
+    if observed.connection_status != "RUNNER_CONNECTION_STATUS_CONNECTED":
+        return Wait("Disconnected", f"connection status is {observed.connection_status or 'unknown'}")
+    if status != InstallStatus.READY:
+        return Wait("UnknownStatus", f"install status is {status}")
+    return Idle()
+
+
+def _install_error(observed: ManagedRunner) -> str:
+    err = observed.install_error
+    if err is None:
+        return "the runner install failed (no install error reported)"
+    parts = [p for p in (err.reason, err.message) if p]
+    return "install failed: " + (": ".join(parts) or "no details")

@@ -1,0 +1,458 @@
+"""The imperative shell: observe the cloud runner, plan, perform at most ONE mutating call, report.
+
+Kopf-free. It returns an `Outcome` (status patch, events, when to look again, whether the
+finalizer may go); the handler layer applies it. API errors are caught here and turned into
+conditions, so every caller reports failures the same way.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from runner_operator import conditions, planning, reporting, resource
+from runner_operator.cloud import errors
+from runner_operator.cloud.client import CloudClient
+from runner_operator.cloud.models import ManagedRunner
+from runner_operator.desired import MissingSecretValue, SecretValues, desired_runner
+
+Cadence = Literal["fast", "medium", "slow", "none"]
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one pass decided: the status to write and what happens next."""
+
+    status: dict[str, Any]
+    events: tuple[Event, ...] = ()
+    retry_after: float | None = None
+    """a server-imposed delay (Retry-After) that beats the cadence."""
+    release: bool = False
+    """deletion is complete (or orphaned): the finalizer may be removed."""
+    terminal: bool = False
+    """only a spec change (or an outside fix) can help: do not retry eagerly."""
+    calls: tuple[str, ...] = field(default=())
+    """the mutating calls made (for logs and tests)."""
+
+    @property
+    def cadence(self) -> Cadence:
+        """When to look again; derived from the status so kopf timer filters agree with it."""
+        if self.release:
+            return "none"
+        found = reporting.cadence(self.status)
+        return "fast" if found == "fast" else "medium" if found == "medium" else "slow"
+
+
+@dataclass(frozen=True)
+class Context:
+    """Inputs of one pass that are not the resource itself."""
+
+    now: datetime
+    deletion_timeout: float
+    secrets: SecretValues = field(default_factory=dict)
+    claimed_by: str | None = None
+
+
+REQUEST_KEYS = uuid.UUID("6c1d3f0e-3a55-4d4c-9c55-7f0f1c0b2d11")
+
+
+def request_key(res: resource.ManagedRunnerResource, *, recreations: int) -> str:
+    """Deterministic create key: same resource, runner ID and recreation count give the same key.
+
+    It is also persisted in status before the call; being derivable means even a pass that reads
+    a stale status replays the same create instead of duplicating it or reporting a false conflict.
+    """
+    return str(uuid.uuid5(REQUEST_KEYS, f"{res.uid}/{res.spec.runner_id}/{recreations}"))
+
+
+def _recreations(res: resource.ManagedRunnerResource) -> int:
+    return int(res.status.get("recreations") or 0)
+
+
+class CredentialsProblem(Exception):
+    """The credentials or a referenced Secret could not be read (reported, retried slowly)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx: Context) -> Outcome:
+    """One observe-plan-act pass for a live or deleting resource."""
+    try:
+        desired = desired_runner(res.spec, ctx.secrets)
+    except MissingSecretValue as exc:
+        return failed(res, ctx, CredentialsProblem("SecretNotFound", f"cannot resolve {exc.args[0]}"))
+    try:
+        observed = await cloud.find(res.spec.runner_id)
+        bound = res.status.get("runnerId") == res.spec.runner_id
+        facts = planning.Facts(
+            desired=desired,
+            observed=observed,
+            deleting=res.deleting,
+            paused=res.spec.paused,
+            adopt=res.spec.adopt,
+            deletion_policy=res.spec.deletion_policy,
+            bound=bound,
+            request_id=res.status.get("createRequestId"),
+            new_request_id=request_key(res, recreations=_recreations(res) + (1 if bound else 0)),
+            claimed_by=ctx.claimed_by,
+        )
+        return await _perform(res, cloud, ctx, facts, planning.plan(facts))
+    except errors.CloudError as exc:
+        return failed(res, ctx, exc)
+
+
+def failed(res: resource.ManagedRunnerResource, ctx: Context, exc: Exception) -> Outcome:
+    """The outcome of a pass that could not talk to the API (or was told no)."""
+    now = ctx.now
+    reason, terminal = _classify(exc)
+    message = _describe(exc)
+    retry_after = exc.retry_after if isinstance(exc, errors.RateLimited) else None
+    status = _status(
+        res,
+        now,
+        None,
+        ready=None,
+        synced=conditions.Condition(conditions.SYNCED, "False", reason, message),
+        stalled=terminal,
+        keep_observation=True,
+    )
+    if res.deleting:
+        _add_deletion_progress(status, res, ctx)
+    previous = conditions.find(res.status.get("conditions"), conditions.SYNCED)
+    repeated = previous is not None and previous.get("reason") == reason
+    events = () if repeated else (Event("Warning", reason, message),)
+    return Outcome(status, events, retry_after=retry_after, terminal=terminal)
+
+
+async def _perform(
+    res: resource.ManagedRunnerResource,
+    cloud: CloudClient,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.Action,
+) -> Outcome:
+    observed = facts.observed
+    now = ctx.now
+    events: list[Event] = []
+    extra: dict[str, Any] = {}
+    match action:
+        case planning.ReserveRequestId(request_id, recreate):
+            extra["createRequestId"] = request_id
+            extra["phase"] = "Creating"
+            if recreate:
+                extra["runnerId"] = None
+                extra["recreations"] = _recreations(res) + 1
+                events.append(
+                    Event(
+                        "Warning",
+                        "RecreatingDeletedRunner",
+                        f"runner {res.spec.runner_id} was deleted outside Kubernetes; creating it again",
+                    )
+                )
+            status = _status(
+                res,
+                now,
+                None,
+                ready=_not_ready("Creating", "preparing to create the runner"),
+                synced=_synced(),
+                extra=extra,
+            )
+            return Outcome(status, tuple(events))
+        case planning.Create(body, request_id):
+            try:
+                created = await cloud.create(body, request_id)
+            except errors.AlreadyExists as exc:
+                return await _create_conflict(res, cloud, ctx, observed, exc)
+            extra.update(runnerId=res.spec.runner_id, adopted=False)
+            if res.deleting:
+                # The replay proved the runner is ours; the next pass deletes it.
+                status = _status(res, now, created, ready=None, synced=_synced(), extra=extra)
+                _add_deletion_progress(status, res, ctx)
+                return Outcome(status, (), calls=("create",))
+            events.append(Event("Normal", "Created", f"created runner {res.spec.runner_id}"))
+            return _observed(res, facts, now, created, events, extra, calls=("create",))
+        case planning.Adopt():
+            extra.update(runnerId=res.spec.runner_id, adopted=True)
+            events.append(Event("Normal", "Adopted", f"adopted existing runner {res.spec.runner_id}"))
+            status = _status(
+                res,
+                now,
+                observed,
+                ready=_not_ready("Adopting", "adopted; applying the spec"),
+                synced=_synced(),
+                extra=extra,
+            )
+            return Outcome(status, tuple(events))
+        case planning.Update(change):
+            updated = await cloud.update(res.spec.runner_id, change.body, change.mask, etag=change.etag)
+            drift = res.status.get("observedGeneration") == res.generation
+            mask = ",".join(change.mask)
+            if drift:
+                events.append(
+                    Event(
+                        "Warning",
+                        "DriftCorrected",
+                        f"the runner was changed outside Kubernetes; restored {mask}",
+                    )
+                )
+            else:
+                events.append(Event("Normal", "Updated", f"updated {mask}"))
+            return _observed(res, facts, now, updated, events, extra, calls=("update",))
+        case planning.Delete(runner_id):
+            await cloud.delete(runner_id, allow_missing=True)
+            events.append(Event("Normal", "DeletionRequested", f"requested deletion of runner {runner_id}"))
+            status = _status(
+                res,
+                now,
+                observed,
+                ready=_not_ready("Deleting", "decommissioning the runner"),
+                synced=_synced(),
+            )
+            _add_deletion_progress(status, res, ctx)
+            return Outcome(status, tuple(events), calls=("delete",))
+        case planning.Release(orphaned):
+            reason, message = (
+                ("Orphaned", f"left runner {res.spec.runner_id} in place (deletionPolicy: Orphan)")
+                if orphaned
+                else ("Deleted", f"runner {res.spec.runner_id} is gone")
+            )
+            status = _status(res, now, None, ready=_not_ready(reason, message), synced=_synced())
+            return Outcome(status, (Event("Normal", reason, message),), release=True)
+        case planning.Wait(reason, message):
+            if res.deleting:
+                status = _status(res, now, observed, ready=_not_ready(reason, message), synced=_synced())
+                _add_deletion_progress(status, res, ctx)
+                if status["deletion"]["stalled"] and not (res.status.get("deletion") or {}).get("stalled"):
+                    stalled = conditions.find(status["conditions"], conditions.STALLED) or {}
+                    events.append(Event("Warning", "DeletionStalled", str(stalled.get("message"))))
+                return Outcome(status, tuple(events))
+            return _observed(res, facts, now, observed, events, extra)
+        case planning.Idle():
+            return _observed(res, facts, now, observed, events, extra)
+        case planning.Conflict(reason, message):
+            status = _status(
+                res,
+                now,
+                observed if facts.bound else None,  # never mirror a runner this resource does not own
+                ready=None if facts.bound else _not_ready(reason, message),
+                synced=conditions.Condition(conditions.SYNCED, "False", reason, message),
+                stalled=True,
+                extra=extra if facts.bound else {**extra, "phase": "Conflict"},
+            )
+            previous = conditions.find(res.status.get("conditions"), conditions.SYNCED)
+            if previous is None or previous.get("reason") != reason:
+                events.append(Event("Warning", reason, message))
+            return Outcome(status, tuple(events), terminal=True)
+    raise AssertionError(f"unhandled action {action!r}")
+
+
+async def _create_conflict(
+    res: resource.ManagedRunnerResource,
+    cloud: CloudClient,
+    ctx: Context,
+    observed: ManagedRunner | None,
+    exc: errors.AlreadyExists,
+) -> Outcome:
+    """ALREADY_EXISTS on create: the runner ID is someone else's, or the cluster already has a runner."""
+    if observed is not None:
+        # Our key did not create it: forget the key so later passes adopt or report without calls.
+        conflict = planning.Conflict(
+            "RunnerIdTaken",
+            f"a runner with ID {res.spec.runner_id!r} already exists and was not created by this resource; "
+            "set spec.adopt: true to manage it, or choose another runnerId",
+        )
+        outcome = await _perform(res, cloud, ctx, _facts_without_key(res, ctx, observed), conflict)
+        outcome.status["createRequestId"] = None
+        return outcome
+    holder = None
+    async for runner in cloud.iter_runners():
+        if runner.identity and (runner.identity.cluster_id or "").lower() == res.spec.cluster_id.lower():
+            holder = runner.runner_id
+            break
+    where = f" (runner {holder!r})" if holder else ""
+    message = (
+        f"cluster {res.spec.cluster_id} already has a managed runner{where}: a cluster holds at most one. "
+        "Adopt that runner (same runnerId, spec.adopt: true) or delete it first"
+    )
+    return await _perform(
+        res,
+        cloud,
+        ctx,
+        _facts_without_key(res, ctx, None),
+        planning.Conflict("ClusterTaken", message + f" [{exc.code}]"),
+    )
+
+
+def _facts_without_key(
+    res: resource.ManagedRunnerResource, ctx: Context, observed: ManagedRunner | None
+) -> planning.Facts:
+    return planning.Facts(desired=desired_runner(res.spec, ctx.secrets), observed=observed)
+
+
+def _observed(
+    res: resource.ManagedRunnerResource,
+    facts: planning.Facts,
+    now: datetime,
+    runner: ManagedRunner | None,
+    events: list[Event],
+    extra: dict[str, Any],
+    *,
+    calls: tuple[str, ...] = (),
+) -> Outcome:
+    """Report a live runner: Ready when installed, connected, rolled out and in sync with the spec."""
+    action = planning.plan(
+        planning.Facts(desired=facts.desired, observed=runner, bound=True, paused=res.spec.paused)
+    )
+    if isinstance(action, planning.Idle) and runner is not None and runner.ready and not calls:
+        ready = conditions.Condition(
+            conditions.READY,
+            "True",
+            "Available",
+            f"runner {res.spec.runner_id} is installed, connected and at revision "
+            f"{runner.target_revision or 0}",
+        )
+    elif isinstance(action, (planning.Idle, planning.Wait)):
+        ready = _not_ready(action.reason, action.message)
+    else:
+        ready = _not_ready("Updating", "changes were just sent")
+    events.extend(_transitions(res, runner, ready))
+    status = _status(res, now, runner, ready=ready, synced=_synced(res.spec.paused), extra=extra)
+    return Outcome(status, tuple(events), calls=calls)
+
+
+def _transitions(
+    res: resource.ManagedRunnerResource, runner: ManagedRunner | None, ready: conditions.Condition
+) -> list[Event]:
+    before = conditions.find(res.status.get("conditions"), conditions.READY) or {}
+    if before.get("status") == ready.status and before.get("reason") == ready.reason:
+        return []
+    if ready.status == "True":
+        return [Event("Normal", "Ready", ready.message)]
+    if ready.reason in ("InstallFailed", "Disconnected"):
+        return [Event("Warning", ready.reason, ready.message)]
+    return []
+
+
+def _synced(paused: bool = False) -> conditions.Condition:
+    if paused:
+        return conditions.Condition(
+            conditions.SYNCED, "False", "Paused", "spec.paused is true: changes are not sent to the API"
+        )
+    return conditions.Condition(conditions.SYNCED, "True", "Synced", "the last pass applied the spec")
+
+
+def _not_ready(reason: str, message: str) -> conditions.Condition:
+    return conditions.Condition(conditions.READY, "False", reason, message)
+
+
+def _status(
+    res: resource.ManagedRunnerResource,
+    now: datetime,
+    runner: ManagedRunner | None,
+    *,
+    ready: conditions.Condition | None,
+    synced: conditions.Condition,
+    stalled: bool = False,
+    extra: Mapping[str, Any] | None = None,
+    keep_observation: bool = False,
+) -> dict[str, Any]:
+    """The status patch: cloud observations, conditions for this generation, bookkeeping fields."""
+    stamp = _rfc3339(now)
+    status: dict[str, Any] = {}
+    if runner is not None:
+        status.update(reporting.observed_status(runner))
+        status["phase"] = reporting.phase(runner)
+        status["lastObservedTime"] = stamp
+    elif not keep_observation:
+        status["phase"] = "Absent" if not res.deleting else "Deleted"
+    updates = [c for c in (ready, synced) if c is not None]
+    if ready is None and runner is None and not keep_observation:
+        updates.insert(0, _not_ready("Absent", "the runner does not exist"))
+    updates.append(
+        conditions.Condition(conditions.STALLED, "True", synced.reason, synced.message)
+        if stalled
+        else conditions.Condition(conditions.STALLED, "False", "Progressing", "")
+    )
+    status["conditions"] = conditions.merge(
+        res.status.get("conditions"), updates, generation=res.generation, now=stamp
+    )
+    if synced.status == "True" or synced.reason == "Paused":
+        status["observedGeneration"] = res.generation
+    if extra:
+        status.update(extra)
+    return status
+
+
+def _add_deletion_progress(status: dict[str, Any], res: resource.ManagedRunnerResource, ctx: Context) -> None:
+    """Visible, bounded deletion: when it started, its deadline, and whether it is past it."""
+    now = ctx.now
+    previous = res.status.get("deletion") or {}
+    started = previous.get("requestedTime") or _rfc3339(now)
+    started_at = datetime.fromisoformat(started.replace("Z", "+00:00"))
+    deadline = started_at + timedelta(seconds=ctx.deletion_timeout)
+    stalled = now >= deadline
+    status["deletion"] = {"requestedTime": started, "deadlineTime": _rfc3339(deadline), "stalled": stalled}
+    if stalled:
+        age = int((now - started_at).total_seconds())
+        message = (
+            f"runner {res.spec.runner_id} is still not deleted {age}s after the request (deadline "
+            f"{_rfc3339(deadline)}); still retrying. Check the runner in the CoreWeave console; to give up "
+            "on it, set spec.deletionPolicy: Orphan"
+        )
+        status["conditions"] = conditions.merge(
+            status.get("conditions") or res.status.get("conditions"),
+            [conditions.Condition(conditions.STALLED, "True", "DeletionStalled", message)],
+            generation=res.generation,
+            now=_rfc3339(now),
+        )
+
+
+def _classify(exc: Exception) -> tuple[str, bool]:
+    """(condition reason, terminal?) for a failure."""
+    if isinstance(exc, CredentialsProblem):
+        return exc.reason, False
+    if isinstance(exc, errors.RateLimited):
+        return "RateLimited", False
+    if isinstance(exc, errors.Unavailable):
+        return "ApiUnavailable", False
+    if isinstance(exc, errors.StaleEtag):
+        return "StaleEtag", False
+    if isinstance(exc, errors.Unauthenticated):
+        return "CredentialsRejected", False
+    if isinstance(exc, errors.PermissionDenied):
+        return "PermissionDenied", False
+    if isinstance(exc, errors.InvalidArgument):
+        return "InvalidSpec", True
+    if isinstance(exc, errors.IncompatibleServer):
+        return "IncompatibleServer", True
+    if isinstance(exc, errors.CloudError):
+        return exc.__class__.__name__, not exc.retryable
+    return "InternalError", False
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, errors.InvalidArgument) and exc.field_violations:
+        details = "; ".join(f"{f}: {d}" for f, d in exc.field_violations)
+        return f"the API rejected the spec: {details}"
+    if isinstance(exc, errors.Unauthenticated):
+        return "the API rejected the token (401): check the credentials Secret"
+    if isinstance(exc, errors.PermissionDenied):
+        return "the token lacks the Sandbox Admin role (403): grant SANDBOX_ADMIN or use another token"
+    return str(exc)
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,60 @@
+"""Operator-wide configuration, read once from the environment (the only module that reads os.environ).
+
+Per-resource choices (credentials Secret, deletion policy, pause, adoption) live on the
+ManagedRunner itself; this is what applies to every resource the operator handles.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+DEFAULT_ENDPOINT = "https://api.coreweave.com"
+
+
+class Settings(BaseModel):
+    """Environment variables are the upper-case field names prefixed with RUNNER_OPERATOR_."""
+
+    model_config = ConfigDict(frozen=True)
+
+    api_endpoint: str = DEFAULT_ENDPOINT
+    # Operator-wide default credentials: a token (COREWEAVE_API_TOKEN, for local runs) or a
+    # Secret reference "namespace/name[:key]" used when a ManagedRunner names no Secret.
+    default_token: SecretStr | None = None
+    default_secret: str | None = None
+    request_timeout: float = Field(default=10.0, gt=0)
+    retry_budget: float = Field(default=10.0, ge=0)
+    requests_per_second: float = Field(default=10.0, gt=0)
+    request_burst: int = Field(default=20, ge=1)
+    # Cadence: fast while something is in flight, slow (jittered) at steady state.
+    fast_interval: float = Field(default=2.0, gt=0)
+    resync_interval: float = Field(default=300.0, gt=0)
+    deletion_timeout: float = Field(default=1800.0, gt=0)
+    json_logs: bool = False
+
+    @field_validator("api_endpoint")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from RUNNER_OPERATOR_* variables (plus COREWEAVE_API_ENDPOINT/TOKEN)."""
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        for name in cls.model_fields:
+            key = f"RUNNER_OPERATOR_{name.upper()}"
+            if key in env:
+                values[name] = env[key]
+        if "api_endpoint" not in values and env.get("COREWEAVE_API_ENDPOINT"):
+            values["api_endpoint"] = env["COREWEAVE_API_ENDPOINT"]
+        if "default_token" not in values and env.get("COREWEAVE_API_TOKEN"):
+            values["default_token"] = env["COREWEAVE_API_TOKEN"]
+        return cls.model_validate(values)
+
+
+def load() -> Settings:
+    """Settings for this process (kopf decorators need some values at import time)."""
+    return Settings.from_env()

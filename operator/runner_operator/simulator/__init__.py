@@ -1,0 +1,1 @@
+"""A local CoreWeave Sandboxes control plane serving the API contract over HTTP (aiohttp)."""

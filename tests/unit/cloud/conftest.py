@@ -1,0 +1,43 @@
+"""Fixtures wiring the real CloudClient to the in-memory API and a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from runner_operator.cloud import budget
+from runner_operator.cloud.client import CloudClient
+from tests.unit.cloud.fakes import BASE_URL, TOKEN, FakeApi, FakeClock
+
+
+@pytest.fixture(autouse=True)
+def fresh_budgets() -> Iterator[None]:
+    budget.clear_registry()
+    yield
+    budget.clear_registry()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def api() -> FakeApi:
+    return FakeApi()
+
+
+@pytest.fixture
+async def cloud(api: FakeApi, clock: FakeClock) -> AsyncIterator[CloudClient]:
+    client = CloudClient(
+        BASE_URL,
+        TOKEN,
+        transport=httpx.MockTransport(api.handle),
+        sleep=clock.sleep,
+        clock=clock,
+        jitter=lambda: 0.5,
+    )
+    async with client:
+        yield client

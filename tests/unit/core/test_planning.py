@@ -1,0 +1,182 @@
+"""The planner, one row per branch: the id says the behaviour."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runner_operator import planning
+from runner_operator.cloud.models import ManagedRunner, parse_runner
+
+IDENTITY = {"runnerId": "r1", "zone": "us-east-04a", "clusterId": "00000000-0000-4000-8000-000000000001"}
+
+
+def runner(**extra: Any) -> ManagedRunner:
+    body: dict[str, Any] = {"identity": dict(IDENTITY), "spec": {}, "policy": {}}
+    for key, value in extra.items():
+        if key == "identity":
+            body["identity"].update(value)
+        else:
+            body[key] = value
+    return parse_runner(body)
+
+
+READY = {
+    "installStatus": "RUNNER_INSTALL_STATUS_READY",
+    "connectionStatus": "RUNNER_CONNECTION_STATUS_CONNECTED",
+    "activeRevision": 1,
+    "targetRevision": 1,
+    "etag": "e1",
+}
+DESIRED = runner()
+
+
+def facts(**kw: Any) -> planning.Facts:
+    kw.setdefault("desired", DESIRED)
+    kw.setdefault("new_request_id", "new-key")
+    return planning.Facts(**kw)
+
+
+CASES = [
+    pytest.param(
+        facts(observed=None), planning.ReserveRequestId("new-key"), id="absent-reserves-a-key-first"
+    ),
+    pytest.param(
+        facts(observed=None, request_id="k1"),
+        planning.Create(DESIRED, "k1"),
+        id="absent-with-key-creates-with-that-key",
+    ),
+    pytest.param(
+        facts(observed=None, bound=True),
+        planning.ReserveRequestId("new-key", recreate=True),
+        id="bound-but-gone-is-recreated-with-a-new-key",
+    ),
+    pytest.param(facts(observed=None, paused=True), planning.Idle("Paused", "x"), id="paused-never-creates"),
+    pytest.param(
+        facts(observed=runner(**READY)),
+        planning.Conflict("RunnerIdTaken", "x"),
+        id="existing-foreign-runner-is-a-conflict",
+    ),
+    pytest.param(
+        facts(observed=runner(**READY), request_id="k1"),
+        planning.Create(DESIRED, "k1"),
+        id="unbound-with-key-replays-create-to-prove-ownership",
+    ),
+    pytest.param(facts(observed=runner(**READY), adopt=True), planning.Adopt(), id="adopt-matching-runner"),
+    pytest.param(
+        facts(observed=runner(identity={"zone": "us-west-01a"}, **READY), adopt=True),
+        planning.Conflict("AdoptionMismatch", "x"),
+        id="adopt-refuses-other-zone",
+    ),
+    pytest.param(
+        facts(observed=runner(**READY), bound=True), planning.Idle(), id="in-sync-and-ready-is-idle"
+    ),
+    pytest.param(
+        facts(observed=runner(**READY), bound=True, claimed_by="ns/other"),
+        planning.Conflict("DuplicateRunnerId", "x"),
+        id="second-claimant-is-a-conflict",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(identity={"clusterId": "00000000-0000-4000-8000-000000000009"}, **READY),
+            bound=True,
+        ),
+        planning.Conflict("ImmutableFieldChanged", "x"),
+        id="identity-drift-is-terminal",
+    ),
+    pytest.param(
+        facts(observed=runner(installStatus="RUNNER_INSTALL_STATUS_PROVISIONING"), bound=True),
+        planning.Wait("Installing", "x"),
+        id="provisioning-waits",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(
+                installStatus="RUNNER_INSTALL_STATUS_FAILED", installError={"reason": "X", "message": "boom"}
+            ),
+            bound=True,
+        ),
+        planning.Wait("InstallFailed", "x"),
+        id="install-failure-waits-and-reports",
+    ),
+    pytest.param(
+        facts(observed=runner(**{**READY, "targetRevision": 2, "rolloutInProgress": True}), bound=True),
+        planning.Wait("RollingOut", "x"),
+        id="rollout-waits",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(**{**READY, "connectionStatus": "RUNNER_CONNECTION_STATUS_DISCONNECTED"}),
+            bound=True,
+        ),
+        planning.Wait("Disconnected", "x"),
+        id="disconnected-waits",
+    ),
+    pytest.param(
+        facts(observed=runner(installStatus="RUNNER_INSTALL_STATUS_DELETING"), bound=True),
+        planning.Wait("DeletingOutOfBand", "x"),
+        id="out-of-band-deletion-waits-then-recreates",
+    ),
+    pytest.param(
+        facts(observed=runner(displayName="old", **READY), bound=True, paused=True),
+        planning.Idle("Paused", "x"),
+        id="paused-sends-no-update",
+    ),
+    pytest.param(
+        facts(deleting=True, observed=runner(**READY), bound=True),
+        planning.Delete("r1"),
+        id="delete-bound-runner",
+    ),
+    pytest.param(
+        facts(deleting=True, observed=runner(installStatus="RUNNER_INSTALL_STATUS_DELETING"), bound=True),
+        planning.Wait("Deleting", "x"),
+        id="deleting-waits-until-gone",
+    ),
+    pytest.param(facts(deleting=True, observed=None, bound=True), planning.Release(), id="gone-releases"),
+    pytest.param(
+        facts(deleting=True, observed=runner(**READY), bound=True, deletion_policy="Orphan"),
+        planning.Release(orphaned=True),
+        id="orphan-releases-without-a-call",
+    ),
+    pytest.param(
+        facts(deleting=True, observed=runner(**READY)),
+        planning.Release(),
+        id="deleting-never-touches-a-foreign-runner",
+    ),
+    pytest.param(
+        facts(deleting=True, observed=runner(**READY), request_id="k1"),
+        planning.Create(DESIRED, "k1"),
+        id="deleting-after-crash-replays-create-to-find-ownership",
+    ),
+]
+
+
+@pytest.mark.parametrize(("given", "expected"), CASES)
+def test_plan(given: planning.Facts, expected: planning.Action) -> None:
+    got = planning.plan(given)
+    assert type(got) is type(expected)
+    if isinstance(expected, (planning.Conflict, planning.Wait, planning.Idle)):
+        assert got.reason == expected.reason  # type: ignore[union-attr]
+        assert got.message or got == planning.Idle()  # type: ignore[union-attr]
+    else:
+        assert got == expected
+
+
+def test_update_sends_only_what_changed_with_the_etag_for_policy() -> None:
+    desired = runner(displayName="new", policy={"constraints": {"lifecycle": {"defaultLifetimeSeconds": 60}}})
+    observed = runner(displayName="old", **READY)
+    action = planning.plan(facts(desired=desired, observed=observed, bound=True))
+    assert isinstance(action, planning.Update)
+    assert action.change.mask == ("displayName", "policy")
+    assert action.change.etag == "e1"
+
+
+def test_conflict_messages_say_what_to_do() -> None:
+    action = planning.plan(facts(observed=runner(**READY)))
+    assert isinstance(action, planning.Conflict)
+    assert "spec.adopt: true" in action.message
+    action = planning.plan(facts(observed=runner(identity={"zone": "eu-west-01a"}, **READY), bound=True))
+    assert isinstance(action, planning.Conflict)
+    assert "zone" in action.message
+    assert "new ManagedRunner" in action.message

@@ -1,0 +1,329 @@
+"""The ManagedRunner CRD is structural, documented and bounded, and agrees with resource.py and examples/."""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from runner_operator import resource
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_PATH = ROOT / "crds" / "managedrunners.sandbox.coreweave.com.yaml"
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+Schema = dict[str, Any]
+
+
+def _load_crd() -> dict[str, Any]:
+    docs = [doc for doc in yaml.safe_load_all(CRD_PATH.read_text()) if doc]
+    assert len(docs) == 1
+    crd: dict[str, Any] = docs[0]
+    return crd
+
+
+CRD = _load_crd()
+VERSION = CRD["spec"]["versions"][0]
+ROOT_SCHEMA: Schema = VERSION["schema"]["openAPIV3Schema"]
+SPEC_SCHEMA: Schema = ROOT_SCHEMA["properties"]["spec"]
+STATUS_SCHEMA: Schema = ROOT_SCHEMA["properties"]["status"]
+
+
+def _nodes(node: Schema, path: str = "") -> Iterator[tuple[str, Schema]]:
+    """Every schema node with a readable path (properties, items, additionalProperties)."""
+    yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from _nodes(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from _nodes(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from _nodes(node["additionalProperties"], f"{path}{{}}")
+
+
+def _properties(node: Schema, path: str = "") -> Iterator[tuple[str, Schema]]:
+    for node_path, child in _nodes(node, path):
+        if node_path and not node_path.endswith(("[]", "}")):
+            yield node_path, child
+
+
+def _strip_kubernetes_extensions(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: _strip_kubernetes_extensions(v) for k, v in node.items() if not k.startswith("x-kubernetes-")
+        }
+    if isinstance(node, list):
+        return [_strip_kubernetes_extensions(v) for v in node]
+    return node
+
+
+def _load_example(path: Path) -> dict[str, Any]:
+    docs = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    assert len(docs) == 1, f"{path.name}: one ManagedRunner per file"
+    body: dict[str, Any] = docs[0]
+    return body
+
+
+VALIDATOR = jsonschema.Draft7Validator(_strip_kubernetes_extensions(ROOT_SCHEMA))
+
+
+# --- the CRD itself ------------------------------------------------------------------------------------
+
+
+def test_crd_names_scope_and_version() -> None:
+    spec = CRD["spec"]
+    assert CRD["metadata"]["name"] == f"{resource.PLURAL}.{resource.GROUP}"
+    assert spec["group"] == resource.GROUP
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"] == {
+        "kind": resource.KIND,
+        "listKind": f"{resource.KIND}List",
+        "plural": resource.PLURAL,
+        "singular": "managedrunner",
+        "shortNames": ["mrun"],
+        "categories": ["coreweave"],
+    }
+    assert [(v["name"], v["served"], v["storage"]) for v in spec["versions"]] == [
+        (resource.VERSION, True, True)
+    ]
+    assert VERSION["subresources"] == {"status": {}}
+
+
+def test_printer_columns() -> None:
+    columns = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
+    assert list(columns)[:6] == ["Runner", "Ready", "Phase", "Connection", "Revision", "Target"]
+    assert list(columns)[-1] == "Age"
+    assert columns["Runner"]["jsonPath"] == ".spec.runnerId"
+    assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert columns["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def test_every_node_is_structural() -> None:
+    for path, node in _nodes(ROOT_SCHEMA):
+        has_type = "type" in node
+        assert (
+            has_type
+            or node.get("x-kubernetes-preserve-unknown-fields")
+            or node.get("x-kubernetes-int-or-string")
+        ), f"{path or '<root>'} has no type"
+        for forbidden in ("$ref", "definitions", "additionalItems", "dependencies", "patternProperties"):
+            assert forbidden not in node, f"{path}: {forbidden} is not allowed in a structural schema"
+        if node.get("type") == "object":
+            assert not ("properties" in node and "additionalProperties" in node), path
+
+
+def test_every_property_has_a_description() -> None:
+    # The API server accepts nothing but `type: object` for the root metadata.
+    assert ROOT_SCHEMA["properties"]["metadata"] == {"type": "object"}
+    missing = [
+        path
+        for path, node in _properties(ROOT_SCHEMA)
+        if path != ".metadata" and not node.get("description", "").strip()
+    ]
+    assert missing == []
+
+
+def test_strings_lists_and_maps_are_bounded_for_cel_cost() -> None:
+    unbounded = []
+    for path, node in _nodes(SPEC_SCHEMA, ".spec"):
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            continue
+        kind = node.get("type")
+        if (
+            (kind == "string" and "enum" not in node and "maxLength" not in node)
+            or (kind == "array" and "maxItems" not in node)
+            or (kind == "object" and "additionalProperties" in node and "maxProperties" not in node)
+        ):
+            unbounded.append(path)
+    assert unbounded == []
+
+
+def test_list_map_keys_are_required() -> None:
+    for path, node in _nodes(ROOT_SCHEMA):
+        if node.get("x-kubernetes-list-type") == "map":
+            keys = node["x-kubernetes-list-map-keys"]
+            assert set(keys) <= set(node["items"].get("required", [])), path
+
+
+def test_validation_rules_are_explained_and_point_at_real_fields() -> None:
+    for path, node in _nodes(ROOT_SCHEMA):
+        for validation in node.get("x-kubernetes-validations", []):
+            assert validation.get("message") or validation.get("messageExpression"), f"{path}: {validation}"
+            assert validation.get("reason", "FieldValueInvalid") in {
+                "FieldValueInvalid",
+                "FieldValueForbidden",
+                "FieldValueRequired",
+                "FieldValueDuplicate",
+            }
+            field_path = validation.get("fieldPath")
+            if field_path:
+                assert re.fullmatch(r"(\.[A-Za-z]+)+", field_path), field_path
+                target = node
+                for part in field_path.split(".")[1:]:
+                    target = target["properties"][part]
+            if "oldSelf" in validation["rule"]:
+                assert path == ".spec", "transition rules live on spec only"
+
+
+@pytest.mark.parametrize("field", ["runnerId", "clusterId", "zone"])
+def test_identity_is_required_and_immutable(field: str) -> None:
+    assert field in SPEC_SCHEMA["required"]
+    transition = [v for v in SPEC_SCHEMA["x-kubernetes-validations"] if v.get("fieldPath") == f".{field}"]
+    assert [v["rule"] for v in transition] == [f"self.{field} == oldSelf.{field}"]
+    message = transition[0]["message"]
+    assert message.startswith(f"{field} is immutable: ")
+    assert "create a new ManagedRunner" in message
+
+
+def test_policy_is_required() -> None:
+    assert "policy" in SPEC_SCHEMA["required"]
+
+
+def test_conditions_support_kubectl_wait() -> None:
+    conditions = STATUS_SCHEMA["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert set(conditions["items"]["properties"]) == {
+        "type",
+        "status",
+        "reason",
+        "message",
+        "lastTransitionTime",
+        "observedGeneration",
+    }
+    assert conditions["items"]["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+
+
+# --- CRD <-> resource.py ---------------------------------------------------------------------------------
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        assert len(args) == 1, annotation
+        return args[0]
+    return annotation
+
+
+def _compare(schema: Schema, annotation: Any, path: str) -> None:
+    annotation = _unwrap_optional(annotation)
+    origin = typing.get_origin(annotation)
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        # Opaque to the models (declared sub-properties exist only for CEL rules).
+        assert origin is dict, path
+        assert typing.get_args(annotation) == (str, Any), path
+        return
+    kind = schema["type"]
+    if kind == "object" and "properties" in schema:
+        assert isinstance(annotation, type), f"{path}: {annotation}"
+        assert issubclass(annotation, BaseModel), f"{path}: {annotation}"
+        fields = {(info.alias or name): info for name, info in annotation.model_fields.items()}
+        assert set(fields) == set(schema["properties"]), path
+        required = {alias for alias, info in fields.items() if info.is_required()}
+        assert required == set(schema.get("required", [])), path
+        for alias, child in schema["properties"].items():
+            if "default" in child:
+                assert fields[alias].default == child["default"], f"{path}.{alias}"
+            _compare(child, fields[alias].annotation, f"{path}.{alias}")
+    elif kind == "object":
+        assert origin is dict, f"{path}: {annotation}"
+        _compare(schema["additionalProperties"], typing.get_args(annotation)[1], f"{path}{{}}")
+    elif kind == "array":
+        assert origin is tuple, f"{path}: {annotation}"
+        assert typing.get_args(annotation)[1] is Ellipsis, f"{path}: {annotation}"
+        _compare(schema["items"], typing.get_args(annotation)[0], f"{path}[]")
+    elif "enum" in schema:
+        assert origin is Literal, f"{path}: {annotation}"
+        assert set(typing.get_args(annotation)) == set(schema["enum"]), path
+    else:
+        expected = {"string": str, "integer": int, "boolean": bool}[kind]
+        assert annotation is expected, f"{path}: {annotation} for {kind}"
+
+
+def test_spec_schema_and_models_agree() -> None:
+    _compare(SPEC_SCHEMA, resource.ManagedRunnerSpec, ".spec")
+
+
+def test_contract_walk_notices_a_renamed_field() -> None:
+    renamed = yaml.safe_load(yaml.safe_dump(SPEC_SCHEMA))
+    renamed["properties"]["maintenancePolicy"]["properties"]["windows"]["items"]["properties"][
+        "durationSecs"
+    ] = renamed["properties"]["maintenancePolicy"]["properties"]["windows"]["items"]["properties"].pop(
+        "durationSeconds"
+    )
+    with pytest.raises(AssertionError, match="windows"):
+        _compare(renamed, resource.ManagedRunnerSpec, ".spec")
+
+
+# --- examples ---------------------------------------------------------------------------------------------
+
+
+def test_examples_exist() -> None:
+    assert {p.name for p in EXAMPLES} >= {"managedrunner.yaml", "minimal.yaml"}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_validates_against_the_crd_schema(path: Path) -> None:
+    body = _load_example(path)
+    assert body["apiVersion"] == f"{resource.GROUP}/{resource.VERSION}"
+    assert body["kind"] == resource.KIND
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in VALIDATOR.iter_errors(body)]
+    assert errors == []
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_parses_and_round_trips_through_the_models(path: Path) -> None:
+    body = _load_example(path) | {"metadata": {"name": "x", "namespace": "y", "uid": "u", "generation": 1}}
+    runner = resource.ManagedRunnerResource.from_body(body)
+    assert runner.spec.model_dump(by_alias=True, exclude_unset=True, mode="json") == body["spec"]
+
+
+@pytest.mark.parametrize(
+    ("pointer", "value"),
+    [
+        (("runnerId",), "Prod_1"),
+        (("runnerId",), "x" * 64),
+        (("clusterId",), "not-a-uuid"),
+        (("releaseChannel",), "RELEASE_CHANNEL_UNSPECIFIED"),
+        (("maintenancePolicy", "windows", 0, "durationSeconds"), 59),
+        (("maintenancePolicy", "windows", 0, "cron"), "0 2 * *"),
+        (("overrides", "tolerations", 0, "operator"), "Gt"),
+        (
+            (
+                "overrides",
+                "affinity",
+                "nodeAffinity",
+                "preferredDuringSchedulingIgnoredDuringExecution",
+                0,
+                "weight",
+            ),
+            0,
+        ),
+        (("policy", "constraints", "lifecycle", "defaultLifetimeSeconds"), 2592001),
+        (("policy", "constraints", "resources", "maxGpuCount"), -1),
+        (("policy", "constraints", "network", "allowedEgress", 3, "ports", 0, "port"), 0),
+        (("policy", "constraints", "network", "allowedEgress", 0, "httpsHostname"), "*.*.example.com"),
+        (("deletionPolicy",), "Retain"),
+    ],
+)
+def test_schema_rejects_bad_values(pointer: tuple[str | int, ...], value: object) -> None:
+    body = _load_example(ROOT / "examples" / "managedrunner.yaml")
+    target: Any = body["spec"]
+    for key in pointer[:-1]:
+        target = target[key]
+    target[pointer[-1]] = value
+    assert list(VALIDATOR.iter_errors(body)), f"{pointer} = {value!r} was accepted"
+
+
+def test_schema_requires_identity_and_policy() -> None:
+    for field in ("runnerId", "clusterId", "zone", "policy"):
+        body = _load_example(ROOT / "examples" / "minimal.yaml")
+        del body["spec"][field]
+        assert list(VALIDATOR.iter_errors(body)), field
