@@ -126,6 +126,18 @@ def test_rbac_denies_then_allows_a_service_account(kube: Kube, widgets: str) -> 
     )
     assert allowed
     # Still no write access: the Role grants reads only.
-    write = kube.kubectl("delete", "widgets", "--all", "-n", ns, kubeconfig=sa_config, check=False)
+    kube.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        ns,
+        PLURAL,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Widget",
+            "metadata": {"name": "kept"},
+            "spec": {"size": 1},
+        },
+    )
+    write = kube.kubectl("delete", "widget", "kept", "-n", ns, kubeconfig=sa_config, check=False)
     assert write.returncode != 0
     assert "forbidden" in write.stderr.lower()

@@ -171,7 +171,7 @@ async def serve_api(request: web.Request, handler: Handler) -> web.StreamRespons
     endpoint = ENDPOINT_OF.get((request.method, route), "")
     if endpoint == "applyAvailableUpdate":
         route += ":applyAvailableUpdate"
-    status, fault = 0, None
+    status, fault, lose = 0, None, False
     try:
         try:
             if request.match_info.http_exception is not None:
@@ -180,6 +180,7 @@ async def serve_api(request: web.Request, handler: Handler) -> web.StreamRespons
             if endpoint:
                 decision = sim.faults.decide(endpoint)
                 fault = decision.label
+                lose = decision.lose
                 if decision.latency:
                     await asyncio.sleep(decision.latency)
                 if decision.drop:
@@ -191,6 +192,9 @@ async def serve_api(request: web.Request, handler: Handler) -> web.StreamRespons
                 if decision.error is not None:
                     raise decision.error
             response = await handler(request)
+            if lose:
+                _drop(request)
+                raise _Dropped
         except ApiError as err:
             response = error_response(err)
         status = response.status

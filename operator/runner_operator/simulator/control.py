@@ -94,6 +94,8 @@ async def add_fault(request: web.Request) -> web.Response:
     times = int(args.pop("times", 1))
     if kind == "drop":
         sim.drop_next(endpoint, times)
+    elif kind == "lose":
+        sim.lose_next(endpoint, times)
     elif kind == "hang":
         sim.hang_next(endpoint, times, float(args.pop("seconds", 30.0)))
     elif kind == "error":
@@ -108,7 +110,7 @@ async def add_fault(request: web.Request) -> web.Response:
             None if code is None else int(code),
         )
     else:
-        raise ValueError(f"unknown fault kind {kind!r}; expected error, drop or hang")
+        raise ValueError(f"unknown fault kind {kind!r}; expected error, drop, lose or hang")
     return _reply(sim.faults.describe())
 
 

@@ -235,6 +235,10 @@ class Simulator:
         """Close the connection without a response on the next `times` calls."""
         self.faults.add(endpoint, Scripted("drop", times))
 
+    def lose_next(self, endpoint: str = "*", times: int = 1) -> None:
+        """Serve the next `times` calls, then drop the connection before the response is written."""
+        self.faults.add(endpoint, Scripted("lose", times))
+
     def hang_next(self, endpoint: str = "*", times: int = 1, seconds: float = 30.0) -> None:
         """Hold the next `times` calls for `seconds` (longer than the client timeout), then 504."""
         self.faults.add(endpoint, Scripted("hang", times, 504, seconds=seconds))

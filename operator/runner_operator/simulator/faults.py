@@ -16,7 +16,7 @@ from runner_operator.simulator.errors import ApiError
 ENDPOINTS = ("create", "get", "list", "update", "delete", "applyAvailableUpdate")
 ANY = "*"
 
-FaultKind = Literal["error", "drop", "hang"]
+FaultKind = Literal["error", "drop", "hang", "lose"]
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -52,11 +52,15 @@ class Decision:
     error: ApiError | None = None
     drop: bool = False
     hang: float = 0.0
+    lose: bool = False
+    """serve the request, then close the connection: the change happened, the caller never learns it."""
 
     @property
     def label(self) -> str | None:
         if self.drop:
             return "drop"
+        if self.lose:
+            return "lose"
         if self.hang:
             return "hang"
         return "error" if self.error else None
@@ -104,6 +108,8 @@ class FaultPlan:
                     queue.popleft()
                 if fault.kind == "drop":
                     return Decision(latency, drop=True)
+                if fault.kind == "lose":
+                    return Decision(latency, lose=True)
                 if fault.kind == "hang":
                     return Decision(latency, hang=fault.seconds)
                 return Decision(
