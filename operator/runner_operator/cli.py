@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("--peering", default=None, help="kopf peering name (default: standalone, one replica)")
     run.add_argument("-v", "--verbose", action="store_true")
+    run.add_argument(
+        "--json-logs",
+        action="store_true",
+        help="one JSON object per log line (also RUNNER_OPERATOR_JSON_LOGS)",
+    )
 
     commands.add_parser(
         "simulate", help="serve the CoreWeave API simulator (see `simulate --help`)", add_help=False
@@ -45,8 +50,10 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     import runner_operator.handlers  # noqa: F401  (registers the handlers)
+    from runner_operator import settings
 
-    kopf.configure(verbose=args.verbose)
+    json_logs = args.json_logs or settings.load().json_logs
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON if json_logs else kopf.LogFormat.FULL)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("kopf.objects").addFilter(_QuietTimers())
     kopf.run(

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pydantic import SecretStr
 
 from runner_operator import resource
-from runner_operator.cloud.client import CloudClient
+from runner_operator.cloud import budget as budgets
+from runner_operator.cloud.client import CloudClient, Observer
+from runner_operator.cloud.retrying import RetryPolicy
 from runner_operator.reconciling import CredentialsProblem
 from runner_operator.settings import Settings
 
@@ -66,6 +68,7 @@ class Credentials:
 
     settings: Settings
     getter: SecretGetter
+    observer: Observer | None = None
     _clients: dict[str, CloudClient] = field(default_factory=dict)
 
     async def resolve(self, res: resource.ManagedRunnerResource) -> Resolved:
@@ -98,13 +101,27 @@ class Credentials:
         key = hashlib.sha256(token.get_secret_value().encode()).hexdigest()
         found = self._clients.get(key)
         if found is None:
+            endpoint = self.settings.api_endpoint
             found = CloudClient(
-                self.settings.api_endpoint,
+                endpoint,
                 token,
                 timeout=self.settings.request_timeout,
+                retry=RetryPolicy(budget=self.settings.retry_budget),
+                budget=budgets.shared(
+                    endpoint,
+                    token.get_secret_value(),
+                    rate=self.settings.requests_per_second,
+                    burst=self.settings.request_burst,
+                ),
+                observer=self.observer,
             )
             self._clients[key] = found
         return found
+
+    def budget_stats(self) -> list[tuple[int, float, int]]:
+        """(waits, wait seconds, 429s) of the request budget behind each client, for metrics."""
+        stats = [cloud.budget.stats for cloud in self._clients.values()]
+        return [(s.waits, s.wait_seconds, s.rate_limited) for s in stats]
 
     async def aclose(self) -> None:
         for cloud in self._clients.values():

@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
+from aiohttp import web
 
-from runner_operator import reconciling, reporting, resource, settings
+from runner_operator import metrics, reconciling, reporting, resource, settings
 from runner_operator.credentials import Credentials, kubernetes_secret_getter
 from runner_operator.reconciling import CredentialsProblem, Outcome
 
@@ -39,8 +40,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.posting.loggers = False
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    memo.credentials = Credentials(CONFIG, kubernetes_secret_getter())
+    registry = metrics.Registry()
+    credentials = Credentials(CONFIG, kubernetes_secret_getter(), observer=registry.observe_request)
+    registry.budget_stats = credentials.budget_stats
+    memo.metrics = registry
+    memo.credentials = credentials
     memo.locks = {}
+    memo.metrics_server = await _serve_metrics(registry, CONFIG.metrics_port)
 
 
 @kopf.on.cleanup()
@@ -48,6 +54,31 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
     credentials: Credentials | None = memo.get("credentials")
     if credentials is not None:
         await credentials.aclose()
+    server: web.AppRunner | None = memo.get("metrics_server")
+    if server is not None:
+        await server.cleanup()
+
+
+async def _serve_metrics(registry: metrics.Registry, port: int) -> web.AppRunner | None:
+    """GET /metrics on `port`; a port already in use is reported, not fatal (metrics are optional)."""
+    if not port:
+        return None
+
+    async def scrape(_: web.Request) -> web.Response:
+        return web.Response(text=registry.render(), content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/metrics", scrape)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "0.0.0.0", port).start()
+    except OSError as exc:
+        log.error("metrics endpoint not started on port %d: %s", port, exc)
+        await runner.cleanup()
+        return None
+    log.info("metrics on :%d/metrics", port)
+    return runner
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -182,9 +213,44 @@ async def _pass(
             ctx = reconciling.Context(**{**ctx.__dict__, "secrets": resolved.env})
             outcome = await reconciling.reconcile(res, credentials.client(resolved.token), ctx)
     _apply(body, patch, outcome)
+    _record(memo.metrics, uid, outcome)
     if outcome.release:
         locks.pop(uid, None)
     return outcome
+
+
+def _record(registry: metrics.Registry, uid: str, outcome: Outcome) -> None:
+    """Count the pass and remember what it saw, for the scrape-time gauges."""
+    status = outcome.status
+    synced: dict[str, Any] = next(
+        (c for c in status.get("conditions") or () if c.get("type") == "Synced"), {}
+    )
+    if outcome.release:
+        label = "released"
+    elif outcome.terminal:
+        label = "terminal"
+    elif synced.get("status") == "False" and synced.get("reason") != "Paused":
+        label = "retrying"
+    else:
+        label = "waiting" if outcome.cadence == "fast" else "synced"
+    registry.reconciles.inc(label, ",".join(outcome.calls) or "none")
+    for event in outcome.events:
+        registry.events.inc(event.type, event.reason)
+    if outcome.release:
+        registry.track(uid, None)
+        return
+    deletion = status.get("deletion") or {}
+    started = deletion.get("requestedTime")
+    registry.track(
+        uid,
+        metrics.RunnerView(
+            install_status=str(status.get("installStatus") or "UNKNOWN"),
+            connection_status=str(status.get("connectionStatus") or "UNKNOWN"),
+            deletion_started=datetime.datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+            if started
+            else None,
+        ),
+    )
 
 
 def _apply(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:

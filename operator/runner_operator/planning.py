@@ -7,12 +7,10 @@ reports. Every branch is a row in tests/unit/test_planning.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from runner_operator.cloud import diff
 from runner_operator.cloud.models import InstallStatus, ManagedRunner
-
-DeletionPolicy = Literal["Delete", "Orphan"]
+from runner_operator.resource import DeletionPolicy
 
 
 @dataclass(frozen=True)

@@ -316,7 +316,7 @@ def _observed(
     action = planning.plan(
         planning.Facts(desired=facts.desired, observed=runner, bound=True, paused=res.spec.paused)
     )
-    if isinstance(action, planning.Idle) and runner is not None and runner.ready and not calls:
+    if isinstance(action, planning.Idle) and runner is not None and runner.ready:
         ready = conditions.Condition(
             conditions.READY,
             "True",

@@ -33,6 +33,8 @@ class Settings(BaseModel):
     resync_interval: float = Field(default=300.0, gt=0)
     deletion_timeout: float = Field(default=1800.0, gt=0)
     json_logs: bool = False
+    # Prometheus /metrics on this port (0 turns it off); bind failures are logged, never fatal.
+    metrics_port: int = Field(default=9090, ge=0, le=65535)
 
     @field_validator("api_endpoint")
     @classmethod

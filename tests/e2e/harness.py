@@ -113,6 +113,7 @@ class OperatorProcess:
             "RUNNER_OPERATOR_FAST_INTERVAL": "0.5",
             "RUNNER_OPERATOR_RESYNC_INTERVAL": "20",
             "RUNNER_OPERATOR_RETRY_BUDGET": "2",
+            "RUNNER_OPERATOR_METRICS_PORT": "0",
             "PYTHONPATH": str(ROOT / "operator"),
             **self.extra_env,
         }

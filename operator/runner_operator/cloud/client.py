@@ -23,6 +23,9 @@ from runner_operator.cloud.retrying import RetryPolicy
 
 COLLECTION = "/v1/sandbox/managedRunners"
 
+Observer = Callable[[str, str, float], None]
+"""Called after every attempt with (endpoint, HTTP status or 'transport', seconds): metrics hook."""
+
 
 class CloudClient:
     """One credential's view of the API. Use as `async with CloudClient(url, token) as cloud: ...`."""
@@ -40,6 +43,7 @@ class CloudClient:
         sleep: budgets.Sleep = asyncio.sleep,
         clock: budgets.Clock = time.monotonic,
         jitter: Callable[[], float] = random.random,
+        observer: Observer | None = None,
     ) -> None:
         """An injected `http` client stays owned by the caller; otherwise one is built (on `transport`).
 
@@ -54,6 +58,7 @@ class CloudClient:
         self._sleep = sleep
         self._clock = clock
         self._jitter = jitter
+        self._observer = observer
         self.budget = budget or budgets.shared(self._base_url, self._token.get_secret_value(), clock=clock)
 
     def __repr__(self) -> str:
@@ -195,6 +200,7 @@ class CloudClient:
             "Authorization": f"Bearer {self._token.get_secret_value()}",
             "Accept": "application/json",
         }
+        started = self._clock()
         try:
             response = await self._http.request(
                 method,
@@ -205,10 +211,13 @@ class CloudClient:
                 timeout=self._timeout,
             )
         except httpx.TimeoutException as exc:
+            self._observe(method, path, "transport", started)
             # Never chain: httpx exceptions hold the request, whose headers hold the token.
             return errors.Unavailable(f"request timed out ({type(exc).__name__})", code="DEADLINE_EXCEEDED")
         except httpx.TransportError as exc:
+            self._observe(method, path, "transport", started)
             return errors.Unavailable(f"transport error ({type(exc).__name__})", code="UNAVAILABLE")
+        self._observe(method, path, str(response.status_code), started)
         if not response.is_success:
             return errors.from_response(response, policy_update=policy_update)
         if not response.content:
@@ -222,6 +231,19 @@ class CloudClient:
                 "response is not a JSON object", http_status=response.status_code
             )
         return data
+
+    def _observe(self, method: str, path: str, code: str, started: float) -> None:
+        if self._observer is not None:
+            self._observer(endpoint_of(method, path), code, max(0.0, self._clock() - started))
+
+
+def endpoint_of(method: str, path: str) -> str:
+    """The API method a request calls (a metric label), e.g. create, list, update, applyAvailableUpdate."""
+    if path.endswith(":applyAvailableUpdate"):
+        return "applyAvailableUpdate"
+    if path.rstrip("/") == COLLECTION:
+        return "create" if method == "POST" else "list"
+    return {"GET": "get", "PATCH": "update", "DELETE": "delete"}.get(method, method.lower())
 
 
 def _item(runner_id: str) -> str:

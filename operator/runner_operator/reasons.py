@@ -1,0 +1,110 @@
+"""Every Event and condition reason the operator uses, with what it means and what to do.
+
+Reasons are a stable interface (alerts and Argo CD health key on them). A test finds every reason
+literal in the code and fails if it is missing here; docs/observability.md is generated from this.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+EVENT = "Event"
+READY = "Ready"
+SYNCED = "Synced"
+STALLED = "Stalled"
+
+REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
+    # life cycle
+    "Created": ((EVENT,), "The runner was created in CoreWeave."),
+    "Adopted": ((EVENT,), "An existing runner was adopted (spec.adopt: true, identity matched)."),
+    "Updated": ((EVENT,), "A spec change was sent; the message lists the update mask."),
+    "DriftCorrected": ((EVENT,), "The runner was changed outside Kubernetes and restored to the spec."),
+    "RecreatingDeletedRunner": (
+        (EVENT,),
+        "The runner was deleted outside Kubernetes; it is being created again.",
+    ),
+    "DeletionRequested": ((EVENT,), "The runner's decommission was requested (deletionPolicy: Delete)."),
+    "Deleted": ((EVENT, READY), "The runner is gone; the finalizer is released."),
+    "Orphaned": (
+        (EVENT, READY),
+        "The resource was deleted and the runner left in place (deletionPolicy: Orphan).",
+    ),
+    "Ready": ((EVENT,), "The runner became installed, connected and rolled out."),
+    "Available": (
+        (READY,),
+        "Ready: installed, connected, at the target revision, in sync with this generation.",
+    ),
+    "Creating": ((READY,), "The create is being prepared or sent."),
+    "Adopting": ((READY,), "Adopted; the spec is being applied."),
+    "Updating": ((READY,), "Changes were just sent."),
+    "Installing": ((READY,), "CoreWeave is installing the runner (PENDING or PROVISIONING)."),
+    "RollingOut": ((READY,), "A new revision is rolling out (active revision below target)."),
+    "InstallFailed": (
+        (EVENT, READY),
+        "CoreWeave reports an install failure; status.installError has the cause.",
+    ),
+    "Disconnected": ((EVENT, READY), "The runner is installed but not connected to CoreWeave."),
+    "UnknownStatus": ((READY,), "CoreWeave reports an install status this operator does not know."),
+    "DeletingOutOfBand": (
+        (READY,),
+        "Someone is deleting the runner outside Kubernetes; it will be recreated.",
+    ),
+    "Deleting": ((READY,), "The runner is being decommissioned."),
+    "Absent": ((READY,), "The runner does not exist."),
+    "Paused": ((READY, SYNCED), "spec.paused is true: the operator observes but sends no change."),
+    "InSync": ((READY,), "Nothing to send (used while the runner is not yet ready)."),
+    # last pass
+    "Synced": ((SYNCED,), "The last pass applied the spec."),
+    "Progressing": ((STALLED,), "Not stalled."),
+    # retried (transient)
+    "ApiUnavailable": (
+        (EVENT, SYNCED),
+        "The CoreWeave API failed or timed out after retries; retried with backoff.",
+    ),
+    "RateLimited": ((EVENT, SYNCED), "The CoreWeave API returned 429; every runner on this token waits."),
+    "StaleEtag": ((EVENT, SYNCED), "The policy changed concurrently; re-planned from a fresh read."),
+    "CredentialsRejected": ((EVENT, SYNCED), "The API rejected the token (401): fix the credentials Secret."),
+    "PermissionDenied": ((EVENT, SYNCED), "The token lacks SANDBOX_ADMIN (403)."),
+    "CredentialsMissing": ((EVENT, SYNCED), "No credentials Secret on the resource and no operator default."),
+    "CredentialsSecretNotFound": ((EVENT, SYNCED), "The credentials Secret does not exist in the namespace."),
+    "CredentialsKeyMissing": ((EVENT, SYNCED), "The credentials Secret lacks the key (default `token`)."),
+    "SecretNotFound": ((EVENT, SYNCED), "A Secret referenced by overrides.env does not exist."),
+    "SecretKeyMissing": ((EVENT, SYNCED), "A Secret referenced by overrides.env lacks the key."),
+    "SecretAccessDenied": ((EVENT, SYNCED), "The operator may not read a referenced Secret (RBAC)."),
+    "SecretReadFailed": ((EVENT, SYNCED), "Reading a referenced Secret failed."),
+    "InternalError": ((EVENT, SYNCED), "An unexpected error in the operator; retried."),
+    "NotFound": ((EVENT, SYNCED), "The API answered NOT_FOUND where the runner was expected."),
+    "FailedPrecondition": ((EVENT, SYNCED), "The API refused the call in the runner's current state."),
+    "AlreadyExists": ((EVENT, SYNCED), "The API answered ALREADY_EXISTS outside a create."),
+    # needs a spec change or a person (terminal: Stalled=True)
+    "InvalidSpec": (
+        (EVENT, SYNCED, STALLED),
+        "The API rejected the spec; the message has the field violations.",
+    ),
+    "RunnerIdTaken": (
+        (EVENT, READY, SYNCED, STALLED),
+        "The runner ID exists and was not created here: set spec.adopt: true or change runnerId.",
+    ),
+    "ClusterTaken": (
+        (EVENT, READY, SYNCED, STALLED),
+        "The cluster already has a runner (named in the message).",
+    ),
+    "DuplicateRunnerId": (
+        (EVENT, READY, SYNCED, STALLED),
+        "Another ManagedRunner already manages this runner ID.",
+    ),
+    "ImmutableFieldChanged": (
+        (EVENT, SYNCED, STALLED),
+        "zone or clusterId differ from the runner's: create a new ManagedRunner.",
+    ),
+    "AdoptionMismatch": (
+        (EVENT, READY, SYNCED, STALLED),
+        "adopt: the runner's zone or cluster differ from the spec.",
+    ),
+    "IncompatibleServer": ((EVENT, SYNCED, STALLED), "The API response lacks required fields (e.g. spec)."),
+    "Unimplemented": ((EVENT, SYNCED, STALLED), "The API does not implement the call (501)."),
+    "DeletionStalled": (
+        (EVENT, STALLED),
+        "Deletion passed its deadline; still retrying. Check the console or set deletionPolicy: Orphan.",
+    ),
+}
