@@ -73,9 +73,12 @@ def render_doc() -> str:
         "Generated from `operator/runner_operator/metrics.py` and `reasons.py` by",
         "`UPDATE_DOCS=1 pytest tests/unit/core/test_observability.py` (a test fails when it is stale).",
         "",
-        "The operator serves Prometheus metrics on `:9090/metrics` (`RUNNER_OPERATOR_METRICS_PORT`, 0 = off).",
-        "Logs go to stderr; `--json-logs` (or `RUNNER_OPERATOR_JSON_LOGS=true`) prints one JSON object a line.",
-        "Tokens, env values from Secrets, `policy.base` and `deploymentSpec` never appear in logs, Events or status.",
+        "The operator serves Prometheus metrics on `:9090/metrics` "
+        "(`RUNNER_OPERATOR_METRICS_PORT`, 0 = off).",
+        "Logs go to stderr; `--json-logs` (or `RUNNER_OPERATOR_JSON_LOGS=true`) "
+        "prints one JSON object a line.",
+        "Tokens, env values from Secrets, `policy.base` and `deploymentSpec` never appear "
+        "in logs, Events or status.",
         "",
         "## Metrics",
         "",
