@@ -31,6 +31,12 @@ class Facts:
     """a fresh key to persist if a create is needed and none is stored yet."""
     claimed_by: str | None = None
     """another ManagedRunner (namespace/name) that claims the same runner ID first."""
+    replace: bool = False
+    """spec.replacementPolicy is Replace: an identity change replaces the runner."""
+    held_id: str | None = None
+    """the runner this resource holds (status.runnerId), when it differs from the spec's runner ID."""
+    held: ManagedRunner | None = None
+    """the observation of `held_id`."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,15 @@ class Update:
 
 @dataclass(frozen=True)
 class Delete:
+    runner_id: str
+    replacing: bool = False
+    """the first step of an opt-in replacement: the old runner goes first (one runner per cluster)."""
+
+
+@dataclass(frozen=True)
+class ForgetOld:
+    """The replaced runner is gone: stop holding it, so the next passes create the new one."""
+
     runner_id: str
 
 
@@ -93,13 +108,21 @@ class Conflict:
     message: str
 
 
-Action = ReserveRequestId | Create | Adopt | Update | Delete | Release | Wait | Idle | Conflict
+Action = ReserveRequestId | Create | Adopt | Update | Delete | ForgetOld | Release | Wait | Idle | Conflict
 
 
 def plan(facts: Facts) -> Action:
     """Choose the next step; see the module docstring."""
     if facts.deleting:
         return _plan_deletion(facts)
+    if facts.held_id:
+        if not facts.replace:
+            return Conflict(
+                "ImmutableFieldChanged",
+                f"runnerId changed from {facts.held_id!r} to {_runner_id(facts)!r}, which cannot be done in "
+                "place: set spec.replacementPolicy: Replace to replace the runner, or restore the runnerId",
+            )
+        return _plan_replacement(facts.held_id, facts.held)
     if facts.claimed_by:
         return Conflict(
             "DuplicateRunnerId",
@@ -111,16 +134,19 @@ def plan(facts: Facts) -> Action:
         return _plan_absent(facts)
     if not facts.bound:
         return _plan_unbound(facts, observed)
+    changed = identity_changes(facts.desired, observed)
+    if changed and facts.replace:
+        return _plan_replacement(_runner_id(facts), observed)
     if observed.install_status == InstallStatus.DELETING:
         return Wait(
             "DeletingOutOfBand", "the runner is being deleted outside Kubernetes; it will be recreated"
         )
-    changed = identity_changes(facts.desired, observed)
     if changed:
         return Conflict(
             "ImmutableFieldChanged",
             f"{', '.join(changed)} differ from the existing runner and cannot be changed in place: "
-            "create a new ManagedRunner for the new cluster or zone and delete this one",
+            "create a new ManagedRunner for the new cluster or zone and delete this one, "
+            "or set spec.replacementPolicy: Replace",
         )
     if facts.paused:
         return Idle("Paused", "spec.paused is true: observing only, no changes are sent")
@@ -139,9 +165,27 @@ def _runner_id(facts: Facts) -> str:
     return (facts.desired.identity.runner_id if facts.desired.identity else None) or ""
 
 
+def _plan_replacement(old_id: str, old: ManagedRunner | None) -> Action:
+    """Old runner first: decommission it, wait until it is gone, then let the create path run."""
+    if old is None:
+        return ForgetOld(old_id)
+    if old.install_status == InstallStatus.DELETING:
+        return Wait(
+            "Replacing", f"waiting for runner {old_id} to be decommissioned before creating its replacement"
+        )
+    return Delete(old_id, replacing=True)
+
+
 def _plan_deletion(facts: Facts) -> Action:
     if facts.deletion_policy == "Orphan":
         return Release(orphaned=True)
+    if facts.held_id:
+        # Deleted mid-replacement: the old runner is the one this resource holds.
+        if facts.held is None:
+            return Release()
+        if facts.held.install_status == InstallStatus.DELETING:
+            return Wait("Deleting", f"runner {facts.held_id} is being decommissioned")
+        return Delete(facts.held_id)
     observed = facts.observed
     if observed is None:
         return Release()

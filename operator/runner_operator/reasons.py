@@ -30,6 +30,12 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "The resource was deleted and the runner left in place (deletionPolicy: Orphan).",
     ),
     "Ready": ((EVENT,), "The runner became installed, connected and rolled out."),
+    "ReplacementStarted": (
+        (EVENT,),
+        "spec.replacementPolicy: Replace and the identity changed: the old runner goes.",
+    ),
+    "Replaced": ((EVENT,), "The replacement runner was created."),
+    "Replacing": ((READY,), "An opt-in replacement is under way; status.replacement shows the step."),
     "Available": (
         (READY,),
         "Ready: installed, connected, at the target revision, in sync with this generation.",

@@ -96,7 +96,10 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
         return failed(res, ctx, CredentialsProblem("SecretNotFound", f"cannot resolve {exc.args[0]}"))
     try:
         observed = await cloud.find(res.spec.runner_id)
-        bound = res.status.get("runnerId") == res.spec.runner_id
+        held_id = res.status.get("runnerId")
+        bound = held_id == res.spec.runner_id
+        held_elsewhere = str(held_id) if held_id and not bound else None
+        held = await cloud.find(held_elsewhere) if held_elsewhere else None
         facts = planning.Facts(
             desired=desired,
             observed=observed,
@@ -108,6 +111,9 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
             request_id=res.status.get("createRequestId"),
             new_request_id=request_key(res, recreations=_recreations(res) + (1 if bound else 0)),
             claimed_by=ctx.claimed_by,
+            replace=res.spec.replacement_policy == "Replace",
+            held_id=held_elsewhere,
+            held=held,
         )
         return await _perform(res, cloud, ctx, facts, planning.plan(facts))
     except errors.CloudError as exc:
@@ -155,13 +161,16 @@ async def _perform(
             if recreate:
                 extra["runnerId"] = None
                 extra["recreations"] = _recreations(res) + 1
-                events.append(
-                    Event(
-                        "Warning",
-                        "RecreatingDeletedRunner",
-                        f"runner {res.spec.runner_id} was deleted outside Kubernetes; creating it again",
+                if res.status.get("replacement"):
+                    extra["replacement"] = {**res.status["replacement"], "phase": "Creating"}
+                else:
+                    events.append(
+                        Event(
+                            "Warning",
+                            "RecreatingDeletedRunner",
+                            f"runner {res.spec.runner_id} was deleted outside Kubernetes; creating it again",
+                        )
                     )
-                )
             status = _status(
                 res,
                 now,
@@ -182,7 +191,14 @@ async def _perform(
                 status = _status(res, now, created, ready=None, synced=_synced(), extra=extra)
                 _add_deletion_progress(status, res, ctx)
                 return Outcome(status, (), calls=("create",))
-            events.append(Event("Normal", "Created", f"created runner {res.spec.runner_id}"))
+            if res.status.get("replacement"):
+                extra["replacement"] = None
+                old_id = res.status["replacement"].get("fromRunnerId")
+                events.append(
+                    Event("Normal", "Replaced", f"runner {old_id} was replaced by {res.spec.runner_id}")
+                )
+            else:
+                events.append(Event("Normal", "Created", f"created runner {res.spec.runner_id}"))
             return _observed(res, facts, now, created, events, extra, calls=("create",))
         case planning.Adopt():
             extra.update(runnerId=res.spec.runner_id, adopted=True)
@@ -211,6 +227,48 @@ async def _perform(
             else:
                 events.append(Event("Normal", "Updated", f"updated {mask}"))
             return _observed(res, facts, now, updated, events, extra, calls=("update",))
+        case planning.Delete(runner_id, replacing=True):
+            await cloud.delete(runner_id, allow_missing=True)
+            replacement = res.status.get("replacement") or {
+                "fromRunnerId": runner_id,
+                "startedTime": _rfc3339(now),
+            }
+            extra["replacement"] = {**replacement, "toRunnerId": res.spec.runner_id, "phase": "DeletingOld"}
+            events.append(
+                Event(
+                    "Normal",
+                    "ReplacementStarted",
+                    f"replacing runner {runner_id} by {res.spec.runner_id}: decommissioning the old one",
+                )
+            )
+            status = _status(
+                res,
+                now,
+                None,
+                ready=_not_ready("Replacing", f"decommissioning runner {runner_id}"),
+                synced=_synced(),
+                extra=extra,
+                keep_observation=True,
+            )
+            return Outcome(status, tuple(events), calls=("delete",))
+        case planning.ForgetOld(runner_id):
+            replacement = res.status.get("replacement") or {"fromRunnerId": runner_id}
+            extra.update(
+                runnerId=None,
+                createRequestId=None,
+                recreations=_recreations(res) + 1,
+                replacement={**replacement, "phase": "Creating"},
+            )
+            status = _status(
+                res,
+                now,
+                None,
+                ready=_not_ready("Replacing", f"runner {runner_id} is gone"),
+                synced=_synced(),
+                extra=extra,
+                keep_observation=True,
+            )
+            return Outcome(status, tuple(events))
         case planning.Delete(runner_id):
             await cloud.delete(runner_id, allow_missing=True)
             events.append(Event("Normal", "DeletionRequested", f"requested deletion of runner {runner_id}"))

@@ -404,6 +404,7 @@ class ManagedRunnerSpec(K8sModel):
     deletion_policy: DeletionPolicy = "Delete"
     adopt: bool = False
     paused: bool = False
+    replacement_policy: Literal["Reject", "Replace"] = "Reject"
 
     def env_secret_refs(self) -> tuple[SecretKeySelector, ...]:
         """Secret keys referenced by `overrides.env`, in env order, without duplicates."""

@@ -176,10 +176,13 @@ def test_validation_rules_are_explained_and_point_at_real_fields() -> None:
 def test_identity_is_required_and_immutable(field: str) -> None:
     assert field in SPEC_SCHEMA["required"]
     transition = [v for v in SPEC_SCHEMA["x-kubernetes-validations"] if v.get("fieldPath") == f".{field}"]
-    assert [v["rule"] for v in transition] == [f"self.{field} == oldSelf.{field}"]
+    assert [v["rule"] for v in transition] == [
+        f"self.{field} == oldSelf.{field} || self.?replacementPolicy.orValue('Reject') == 'Replace'"
+    ]
     message = transition[0]["message"]
     assert message.startswith(f"{field} is immutable: ")
     assert "create a new ManagedRunner" in message
+    assert "replacementPolicy: Replace" in message
 
 
 def test_policy_is_required() -> None:
@@ -293,7 +296,6 @@ def test_example_parses_and_round_trips_through_the_models(path: Path) -> None:
         (("clusterId",), "not-a-uuid"),
         (("releaseChannel",), "RELEASE_CHANNEL_UNSPECIFIED"),
         (("maintenancePolicy", "windows", 0, "durationSeconds"), 59),
-        (("maintenancePolicy", "windows", 0, "cron"), "0 2 * *"),
         (("overrides", "tolerations", 0, "operator"), "Gt"),
         (
             (

@@ -172,7 +172,8 @@ def from_response(
 ) -> CloudError:
     """Classify a failed response from its google.rpc.Status body, falling back to the HTTP status.
 
-    On a policy update FAILED_PRECONDITION is a stale etag. `now` (wall clock) resolves HTTP-date Retry-After.
+    FAILED_PRECONDITION is a stale etag when its PreconditionFailure detail names the etag, or, without
+    details, on a policy update. `now` (wall clock) resolves HTTP-date Retry-After.
     """
     status = response.status_code
     body = _status_body(response)
@@ -184,7 +185,7 @@ def from_response(
     cls = _BY_CODE.get(code, CloudError)
     if issubclass(cls, Unavailable) and cls is not RateLimited and 400 <= status < 500:
         cls = CloudError  # a 4xx other than 429 is never transient, whatever the body says
-    if cls is FailedPrecondition and (policy_update or _mentions_etag(details)):
+    if cls is FailedPrecondition and _is_stale_etag(details, policy_update):
         cls = StaleEtag
     if cls is InvalidArgument:
         return InvalidArgument(
@@ -224,6 +225,13 @@ def _code_name(code: object, http_status: int) -> str:
 
 def _of_type(details: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [d for d in details if str(d.get("@type", "")).endswith(f"google.rpc.{name}")]
+
+
+def _is_stale_etag(details: list[dict[str, Any]], policy_update: bool) -> bool:
+    """A PreconditionFailure detail decides when present; otherwise a policy update's failure is."""
+    if _of_type(details, "PreconditionFailure"):
+        return _mentions_etag(details)
+    return policy_update
 
 
 def _mentions_etag(details: list[dict[str, Any]]) -> bool:

@@ -149,6 +149,57 @@ CASES = [
         planning.Create(DESIRED, "k1"),
         id="deleting-after-crash-replays-create-to-find-ownership",
     ),
+    pytest.param(
+        facts(observed=None, held_id="old", held=runner(identity={"runnerId": "old"}, **READY)),
+        planning.Conflict("ImmutableFieldChanged", "x"),
+        id="runner-id-change-without-opt-in-is-refused",
+    ),
+    pytest.param(
+        facts(observed=None, replace=True, held_id="old", held=runner(identity={"runnerId": "old"}, **READY)),
+        planning.Delete("old", replacing=True),
+        id="replace-deletes-the-old-runner-first",
+    ),
+    pytest.param(
+        facts(
+            observed=None,
+            replace=True,
+            held_id="old",
+            held=runner(identity={"runnerId": "old"}, installStatus="RUNNER_INSTALL_STATUS_DELETING"),
+        ),
+        planning.Wait("Replacing", "x"),
+        id="replace-waits-for-the-old-runner-to-go",
+    ),
+    pytest.param(
+        facts(observed=None, replace=True, held_id="old", held=None),
+        planning.ForgetOld("old"),
+        id="replace-forgets-the-old-runner-once-gone",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(identity={"clusterId": "00000000-0000-4000-8000-000000000009"}, **READY),
+            bound=True,
+            replace=True,
+        ),
+        planning.Delete("r1", replacing=True),
+        id="replace-on-cluster-change-deletes-first",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(
+                identity={"clusterId": "00000000-0000-4000-8000-000000000009"},
+                installStatus="RUNNER_INSTALL_STATUS_DELETING",
+            ),
+            bound=True,
+            replace=True,
+        ),
+        planning.Wait("Replacing", "x"),
+        id="replace-on-cluster-change-waits",
+    ),
+    pytest.param(
+        facts(deleting=True, observed=None, held_id="old", held=runner(**READY)),
+        planning.Delete("old"),
+        id="deleted-mid-replacement-deletes-the-held-runner",
+    ),
 ]
 
 

@@ -1,0 +1,99 @@
+"""Every manifest in tests/e2e/bad_manifests is rejected by the real API server at apply time.
+
+The rejection comes from the CRD alone (structural OpenAPI schema + CEL); no operator runs. Each case
+gets a fresh namespace and is sent twice, as `kubectl apply --server-side` and as `kubectl create`, and
+must fail with the expected message without storing anything. Immutable-change cases first create
+their valid base, then apply the change, which must leave the stored object untouched.
+
+Field validation mode: both commands pass `--validate=strict` explicitly (kubectl's default since 1.27),
+i.e. `fieldValidation=Strict`. Unknown fields are rejected by server-side apply whatever the mode
+("field not declared in schema": the typed patch cannot be built) and by create only in Strict mode
+("strict decoding error: unknown field"); with `--validate=false` create silently prunes them, which
+`test_create_prunes_unknown_fields_without_strict_validation` pins down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.bad_manifests import DIR, Case, cases
+from tests.e2e.kube import Kube
+
+GROUP, VERSION, PLURAL = "sandbox.coreweave.com", "v1alpha1", "managedrunners"
+CASES = cases()
+STRICT = "--validate=strict"
+
+
+def params() -> list[Any]:
+    out = []
+    for case in CASES:
+        marks = (
+            [pytest.mark.xfail(strict=True, reason=f"CRD gap: {case.known_gap}")] if case.known_gap else []
+        )
+        out.append(pytest.param(case, id=case.name, marks=marks))
+    return out
+
+
+def stored(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    return kube.get(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def fingerprint(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    if obj is None:
+        return None
+    meta = obj["metadata"]
+    return meta["resourceVersion"], meta["generation"], obj["spec"]
+
+
+def assert_rejected(proc: Any, expect: str, what: str) -> None:
+    assert proc.returncode != 0, f"{what} was accepted:\n{proc.stdout}"
+    assert expect in proc.stderr, f"{what}: expected {expect!r} in the error, got:\n{proc.stderr}"
+
+
+@pytest.mark.parametrize("case", params())
+def test_bad_manifest_is_rejected_at_apply_time(kube: Kube, crd: str, case: Case) -> None:
+    ns = kube.new_namespace("bad")
+    before = None
+    if case.update:
+        assert case.base is not None
+        kube.kubectl("apply", "--server-side", STRICT, "-n", ns, "-f", str(case.base))
+        before = stored(kube, ns, case.object_name)
+        assert before is not None
+
+    applied = kube.kubectl("apply", "--server-side", STRICT, "-n", ns, "-f", str(case.path), check=False)
+    assert_rejected(applied, case.expect, f"kubectl apply --server-side of {case.name}")
+    assert fingerprint(stored(kube, ns, case.object_name)) == fingerprint(before)
+
+    if not case.update:
+        created = kube.kubectl("create", STRICT, "-n", ns, "-f", str(case.path), check=False)
+        assert_rejected(created, case.expect_create, f"kubectl create of {case.name}")
+        assert stored(kube, ns, case.object_name) is None
+
+
+@pytest.mark.parametrize("base", [pytest.param(p, id=p.stem) for p in sorted((DIR / "base").glob("*.yaml"))])
+def test_base_manifests_are_accepted(kube: Kube, crd: str, base: Path) -> None:
+    """Positive control: the valid manifests the cases derive from pass the same validation."""
+    ns = kube.new_namespace("good")
+    kube.kubectl("apply", "--server-side", STRICT, "-n", ns, "-f", str(base))
+    name = yaml.safe_load(base.read_text())["metadata"]["name"]
+    assert stored(kube, ns, name) is not None
+
+
+def test_create_prunes_unknown_fields_without_strict_validation(kube: Kube, crd: str) -> None:
+    """Why the corpus pins --validate=strict: with fieldValidation=Ignore an unknown field is dropped."""
+    case = next(c for c in CASES if c.name == "unknown-field-spec")
+    ns = kube.new_namespace("lax")
+    created = kube.kubectl("create", "--validate=false", "-n", ns, "-f", str(case.path), check=False)
+    assert created.returncode == 0, created.stderr
+    obj = stored(kube, ns, case.object_name)
+    assert obj is not None
+    assert "replicas" not in obj["spec"]
+    lax_apply = kube.kubectl(
+        "apply", "--server-side", "--validate=false", "-n", ns, "-f", str(case.path), check=False
+    )
+    assert lax_apply.returncode != 0
+    assert "field not declared in schema" in lax_apply.stderr
