@@ -7,8 +7,12 @@ operator-wide default credentials (COREWEAVE_API_TOKEN or RUNNER_OPERATOR_DEFAUL
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
+from pathlib import Path
+
+from runner_operator.cloud.client import CloudClient
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +40,26 @@ def main(argv: list[str] | None = None) -> int:
         "simulate", help="serve the CoreWeave API simulator (see `simulate --help`)", add_help=False
     )
 
+    plan = commands.add_parser(
+        "plan", help="show the API calls applying a manifest would make (secrets masked)"
+    )
+    plan.add_argument("-f", "--filename", type=Path, required=True, help="ManagedRunner YAML ('-' = stdin)")
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    _api_options(plan)
+
+    export = commands.add_parser(
+        "export", help="write ManagedRunner manifests (adopt: true) for existing runners"
+    )
+    export.add_argument("-o", "--output-dir", type=Path, required=True)
+    export.add_argument("-n", "--namespace", default="default", help="namespace of the written manifests")
+    export.add_argument(
+        "--credentials-secret",
+        default="coreweave-api",
+        help="Secret (in that namespace, key 'token') the manifests reference",
+    )
+    export.add_argument("runner_ids", nargs="*", help="only these runners (default: all)")
+    _api_options(export)
+
     args, rest = parser.parse_known_args(argv)
     if args.command == "simulate":
         from runner_operator.simulator import server
@@ -43,7 +67,62 @@ def main(argv: list[str] | None = None) -> int:
         return server.main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "plan":
+        return asyncio.run(_plan(args))
+    if args.command == "export":
+        return asyncio.run(_export(args))
     return _run(args)
+
+
+def _api_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--endpoint", default=None, help="API base URL (default: settings / COREWEAVE_API_ENDPOINT)"
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help="file holding the API token (default: COREWEAVE_API_TOKEN)",
+    )
+
+
+def _client(args: argparse.Namespace) -> CloudClient:
+    from runner_operator import settings
+
+    config = settings.load()
+    if args.token_file is not None:
+        token = args.token_file.read_text().strip()
+    elif config.default_token is not None:
+        token = config.default_token.get_secret_value()
+    else:
+        raise SystemExit("no API token: pass --token-file or set COREWEAVE_API_TOKEN")
+    return CloudClient(args.endpoint or config.api_endpoint, token, timeout=config.request_timeout)
+
+
+async def _plan(args: argparse.Namespace) -> int:
+    from runner_operator import commands
+
+    manifests = commands.load_manifests(args.filename)
+    if not manifests:
+        raise SystemExit(f"no ManagedRunner in {args.filename}")
+    async with _client(args) as cloud:
+        return await commands.plan(manifests, cloud, as_json=args.json)
+
+
+async def _export(args: argparse.Namespace) -> int:
+    from runner_operator import commands
+
+    async with _client(args) as cloud:
+        written = await commands.export(
+            cloud,
+            args.output_dir,
+            namespace=args.namespace,
+            credentials_secret=args.credentials_secret,
+            only=args.runner_ids,
+        )
+    for path in written:
+        sys.stdout.write(f"wrote {path}\n")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -34,7 +34,8 @@ class MissingSecretValue(KeyError):
 
 def desired_runner(spec: resource.ManagedRunnerSpec, secrets: SecretValues | None = None) -> ManagedRunner:
     """The API body for this spec, zone lower-cased as the API stores it."""
-    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    # exclude_unset: send what the user wrote, not model defaults (empty lists would look like changes).
+    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
     identity = {
         "runnerId": spec.runner_id,
         "zone": spec.zone.lower(),

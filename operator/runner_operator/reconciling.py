@@ -7,6 +7,7 @@ conditions, so every caller reports failures the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -299,6 +300,8 @@ async def _perform(
                 return Outcome(status, tuple(events))
             return _observed(res, facts, now, observed, events, extra)
         case planning.Idle():
+            if facts.paused:
+                extra["plan"] = _would(dataclasses.replace(facts, paused=False))
             return _observed(res, facts, now, observed, events, extra)
         case planning.Conflict(reason, message):
             status = _status(
@@ -449,9 +452,24 @@ def _status(
     )
     if synced.status == "True" or synced.reason == "Paused":
         status["observedGeneration"] = res.generation
+    if res.status.get("plan") and not res.spec.paused:
+        status["plan"] = None
     if extra:
         status.update(extra)
     return status
+
+
+def _would(facts: planning.Facts) -> dict[str, Any]:
+    """What an unpaused pass would send: the preview a paused resource shows in status.plan."""
+    action = planning.plan(facts)
+    match action:
+        case planning.ReserveRequestId() | planning.Create():
+            return {"action": "create", "updateMask": []}
+        case planning.Update(change):
+            return {"action": "update", "updateMask": list(change.mask)}
+        case planning.Delete(_, replacing=True) | planning.ForgetOld():
+            return {"action": "replace", "updateMask": []}
+    return {"action": "none", "updateMask": []}
 
 
 def _add_deletion_progress(status: dict[str, Any], res: resource.ManagedRunnerResource, ctx: Context) -> None:

@@ -204,7 +204,16 @@ async def serve_api(request: web.Request, handler: Handler) -> web.StreamRespons
     finally:
         ms = (time.perf_counter() - started) * 1000
         sim.log.record(
-            LoggedRequest(request.method, route, request.path, endpoint, status, round(ms, 3), fault)
+            LoggedRequest(
+                request.method,
+                route,
+                request.path,
+                endpoint,
+                status,
+                round(ms, 3),
+                fault,
+                request.query_string,
+            )
         )
         if sim.config.log_requests:
             log.info("%s %s %s %.1fms", request.method, request.path, status or "dropped", ms)

@@ -138,6 +138,8 @@ class LoggedRequest:
     status: int  # 0 when the connection was dropped without a response
     ms: float
     fault: str | None = None
+    query: str = ""
+    """the raw query string (requestId, updateMask, allowMissing...), for tests that compare calls."""
 
     @property
     def key(self) -> str:
