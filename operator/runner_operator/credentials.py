@@ -17,6 +17,7 @@ from pydantic import SecretStr
 
 from runner_operator import resource
 from runner_operator.cloud import budget as budgets
+from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient, Observer
 from runner_operator.cloud.retrying import RetryPolicy
 from runner_operator.reconciling import CredentialsProblem
@@ -70,6 +71,7 @@ class Credentials:
     getter: SecretGetter
     observer: Observer | None = None
     _clients: dict[str, CloudClient] = field(default_factory=dict)
+    _caches: dict[str, RunnerCache] = field(default_factory=dict)
 
     async def resolve(self, res: resource.ManagedRunnerResource) -> Resolved:
         """The token for this resource and the values of every Secret its env references."""
@@ -116,6 +118,14 @@ class Credentials:
                 observer=self.observer,
             )
             self._clients[key] = found
+        return found
+
+    def cache(self, token: SecretStr) -> RunnerCache:
+        """The batched-read cache shared by every runner using this token."""
+        key = hashlib.sha256(token.get_secret_value().encode()).hexdigest()
+        found = self._caches.get(key)
+        if found is None:
+            found = self._caches[key] = RunnerCache(self.client(token))
         return found
 
     def budget_stats(self) -> list[tuple[int, float, int]]:

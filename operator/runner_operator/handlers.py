@@ -9,6 +9,7 @@ explicitly with stable reasons; kopf's own log lines are not turned into Events.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 import random
@@ -102,7 +103,7 @@ async def reconcile(
     **_: Any,
 ) -> None:
     """React to a new or changed spec at once; timers take over the waiting."""
-    outcome = await _pass(body, patch, memo, runner_claims)
+    outcome = await _pass(body, patch, memo, runner_claims, CONFIG.fast_interval)
     if outcome is None:
         return
     if outcome.terminal:
@@ -116,6 +117,16 @@ def _cadence_is(wanted: str) -> Callable[..., bool]:
         return meta.get("deletionTimestamp") is None and reporting.cadence(status) == wanted
 
     return when
+
+
+def _freshness(body: kopf.Body) -> float:
+    """How old a batched observation may be: about one poll interval at this object's cadence."""
+    cadence = reporting.cadence(body.get("status") or {})
+    if cadence == "fast":
+        return CONFIG.fast_interval
+    if cadence == "medium":
+        return MEDIUM_INTERVAL / 2
+    return CONFIG.resync_interval / 10
 
 
 def _jitter(**_: Any) -> float:
@@ -152,7 +163,7 @@ async def observe(
 
     Never raises PermanentError: that would stop this timer for good.
     """
-    outcome = await _pass(body, patch, memo, runner_claims)
+    outcome = await _pass(body, patch, memo, runner_claims, _freshness(body))
     if outcome is not None and outcome.retry_after:
         raise kopf.TemporaryError(_message(outcome), delay=outcome.retry_after)
 
@@ -186,7 +197,11 @@ async def finalize(
 
 
 async def _pass(
-    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, claims: kopf.Index[str, Any] | None
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    claims: kopf.Index[str, Any] | None,
+    max_age: float = 0.0,
 ) -> Outcome | None:
     """One serialised reconcile pass for this object; the outcome is applied to `patch` and Events."""
     uid = str(body.get("metadata", {}).get("uid"))
@@ -203,6 +218,7 @@ async def _pass(
             now=datetime.datetime.now(datetime.UTC),
             deletion_timeout=CONFIG.deletion_timeout,
             claimed_by=_claimed_by(res, claims or {}),
+            max_age=max_age,
         )
         credentials: Credentials = memo.credentials
         try:
@@ -210,7 +226,7 @@ async def _pass(
         except CredentialsProblem as exc:
             outcome = reconciling.failed(res, ctx, exc)
         else:
-            ctx = reconciling.Context(**{**ctx.__dict__, "secrets": resolved.env})
+            ctx = dataclasses.replace(ctx, secrets=resolved.env, cache=credentials.cache(resolved.token))
             outcome = await reconciling.reconcile(res, credentials.client(resolved.token), ctx)
     _apply(body, patch, outcome)
     _record(memo.metrics, uid, outcome)

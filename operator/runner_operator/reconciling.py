@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from runner_operator import conditions, planning, reporting, resource
 from runner_operator.cloud import errors
+from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.models import ManagedRunner
 from runner_operator.desired import MissingSecretValue, SecretValues, desired_runner
@@ -62,6 +63,9 @@ class Context:
     deletion_timeout: float
     secrets: SecretValues = field(default_factory=dict)
     claimed_by: str | None = None
+    max_age: float = 0.0
+    """how old a batched (list) observation may be; 0 reads each runner with its own GET."""
+    cache: RunnerCache | None = None
 
 
 REQUEST_KEYS = uuid.UUID("6c1d3f0e-3a55-4d4c-9c55-7f0f1c0b2d11")
@@ -96,11 +100,11 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
     except MissingSecretValue as exc:
         return failed(res, ctx, CredentialsProblem("SecretNotFound", f"cannot resolve {exc.args[0]}"))
     try:
-        observed = await cloud.find(res.spec.runner_id)
+        observed = await _find(cloud, ctx, res.spec.runner_id)
         held_id = res.status.get("runnerId")
         bound = held_id == res.spec.runner_id
         held_elsewhere = str(held_id) if held_id and not bound else None
-        held = await cloud.find(held_elsewhere) if held_elsewhere else None
+        held = await _find(cloud, ctx, held_elsewhere) if held_elsewhere else None
         facts = planning.Facts(
             desired=desired,
             observed=observed,
@@ -119,6 +123,18 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
         return await _perform(res, cloud, ctx, facts, planning.plan(facts))
     except errors.CloudError as exc:
         return failed(res, ctx, exc)
+
+
+async def _find(cloud: CloudClient, ctx: Context, runner_id: str) -> ManagedRunner | None:
+    if ctx.cache is None:
+        return await cloud.find(runner_id)
+    return await ctx.cache.find(runner_id, ctx.max_age)
+
+
+def _wrote(ctx: Context, runner_id: str) -> None:
+    """Noted before and after each write: a list that started in between may not show it."""
+    if ctx.cache is not None:
+        ctx.cache.note_write(runner_id)
 
 
 def failed(res: resource.ManagedRunnerResource, ctx: Context, exc: Exception) -> Outcome:
@@ -182,8 +198,10 @@ async def _perform(
             )
             return Outcome(status, tuple(events))
         case planning.Create(body, request_id):
+            _wrote(ctx, res.spec.runner_id)
             try:
                 created = await cloud.create(body, request_id)
+                _wrote(ctx, res.spec.runner_id)
             except errors.AlreadyExists as exc:
                 return await _create_conflict(res, cloud, ctx, observed, exc)
             extra.update(runnerId=res.spec.runner_id, adopted=False)
@@ -214,7 +232,9 @@ async def _perform(
             )
             return Outcome(status, tuple(events))
         case planning.Update(change):
+            _wrote(ctx, res.spec.runner_id)
             updated = await cloud.update(res.spec.runner_id, change.body, change.mask, etag=change.etag)
+            _wrote(ctx, res.spec.runner_id)
             drift = res.status.get("observedGeneration") == res.generation
             mask = ",".join(change.mask)
             if drift:
@@ -229,7 +249,9 @@ async def _perform(
                 events.append(Event("Normal", "Updated", f"updated {mask}"))
             return _observed(res, facts, now, updated, events, extra, calls=("update",))
         case planning.Delete(runner_id, replacing=True):
+            _wrote(ctx, runner_id)
             await cloud.delete(runner_id, allow_missing=True)
+            _wrote(ctx, runner_id)
             replacement = res.status.get("replacement") or {
                 "fromRunnerId": runner_id,
                 "startedTime": _rfc3339(now),
@@ -271,7 +293,9 @@ async def _perform(
             )
             return Outcome(status, tuple(events))
         case planning.Delete(runner_id):
+            _wrote(ctx, runner_id)
             await cloud.delete(runner_id, allow_missing=True)
+            _wrote(ctx, runner_id)
             events.append(Event("Normal", "DeletionRequested", f"requested deletion of runner {runner_id}"))
             status = _status(
                 res,

@@ -268,7 +268,8 @@ class CidrBlock(K8sModel):
 
 
 class PortRange(K8sModel):
-    protocol: Protocol = "TCP"
+    protocol: Protocol | None = None
+    """None = TCP (the API default)."""
     port: int
     end_port: int | None = None
 

@@ -142,7 +142,7 @@ def test_full_example_parses_into_typed_values() -> None:
     assert cidr_rule.cidr is not None
     assert cidr_rule.cidr.except_ == ("10.96.0.0/12",)
     assert [(p.protocol, p.port, p.end_port) for p in cidr_rule.ports] == [
-        ("TCP", 5432, None),
+        (None, 5432, None),
         ("TCP", 8000, 8099),
     ]
     assert spec.credentials is not None
@@ -278,13 +278,13 @@ def test_egress_and_ingress_rules_need_exactly_one_peer(rule: dict[str, Any]) ->
         spec_of(policy={"constraints": {"network": {"defaultIngress": [rule]}}})
 
 
-def test_port_protocol_defaults_to_tcp() -> None:
+def test_port_protocol_is_left_unset_so_the_api_defaults_it() -> None:
     spec = spec_of(
         policy={"constraints": {"network": {"allowedIngress": [{"any": True, "ports": [{"port": 22}]}]}}}
     )
     assert spec.policy.constraints
     assert spec.policy.constraints.network
-    assert spec.policy.constraints.network.allowed_ingress[0].ports[0].protocol == "TCP"
+    assert spec.policy.constraints.network.allowed_ingress[0].ports[0].protocol is None
 
 
 # --- Secrets ---------------------------------------------------------------------------------------------

@@ -1,0 +1,84 @@
+"""Batched reads: one paginated list serves the observations of every runner on a credential.
+
+With hundreds of runners polling, a GET each would exhaust the request budget; a list of 1,000
+runners per page costs one request. Safety rules keep the cache from ever causing a write:
+- a runner this process wrote after the snapshot was taken is read with a direct GET;
+- "absent from the list" is never trusted: it is confirmed with a direct GET (pagination under
+  concurrent change could skip an entry, and an absence can trigger a create).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from runner_operator.cloud.client import CloudClient
+from runner_operator.cloud.models import ManagedRunner
+
+PAGE_SIZE = 1000
+
+
+@dataclass
+class CacheStats:
+    lists: int = 0
+    pages: int = 0
+    hits: int = 0
+    direct_gets: int = 0
+
+
+@dataclass
+class RunnerCache:
+    client: CloudClient
+    clock: Callable[[], float] = time.monotonic
+    stats: CacheStats = field(default_factory=CacheStats)
+    _snapshot: dict[str, ManagedRunner] = field(default_factory=dict)
+    _taken: float = float("-inf")
+    _written: dict[str, float] = field(default_factory=dict)
+    _refresh: asyncio.Task[None] | None = None
+
+    async def find(self, runner_id: str, max_age: float) -> ManagedRunner | None:
+        """The runner as of at most `max_age` seconds ago (or fresher), None only when a GET says so."""
+        if self._stale_for(runner_id) or max_age <= 0:
+            return await self._get(runner_id)
+        if self.clock() - self._taken > max_age:
+            await self._refreshed()
+            if self._stale_for(runner_id):
+                return await self._get(runner_id)
+        found = self._snapshot.get(runner_id)
+        if found is None:
+            return await self._get(runner_id)
+        self.stats.hits += 1
+        return found
+
+    def _stale_for(self, runner_id: str) -> bool:
+        written = self._written.get(runner_id)
+        return written is not None and written >= self._taken
+
+    def note_write(self, runner_id: str) -> None:
+        """This process just changed the runner: the current snapshot is stale for it."""
+        self._written[runner_id] = self.clock()
+
+    async def _get(self, runner_id: str) -> ManagedRunner | None:
+        self.stats.direct_gets += 1
+        return await self.client.find(runner_id)
+
+    async def _refreshed(self) -> None:
+        # Single flight: concurrent passes share one list instead of each starting their own.
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.create_task(self._list())
+        await asyncio.shield(self._refresh)
+
+    async def _list(self) -> None:
+        started = self.clock()
+        snapshot: dict[str, ManagedRunner] = {}
+        self.stats.lists += 1
+        async for runner in self.client.iter_runners(page_size=PAGE_SIZE):
+            if runner.runner_id:
+                snapshot[runner.runner_id] = runner
+        self.stats.pages += max(1, -(-len(snapshot) // PAGE_SIZE))
+        self._snapshot = snapshot
+        self._taken = started
+        # Writes older than the snapshot's start are reflected in it; forget them.
+        self._written = {k: t for k, t in self._written.items() if t >= started}
