@@ -100,9 +100,10 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
     except MissingSecretValue as exc:
         return failed(res, ctx, CredentialsProblem("SecretNotFound", f"cannot resolve {exc.args[0]}"))
     try:
-        observed = await _find(cloud, ctx, res.spec.runner_id)
         held_id = res.status.get("runnerId")
         bound = held_id == res.spec.runner_id
+        # An absence only leads to a write for a runner this resource holds (it would be recreated).
+        observed = await _find(cloud, ctx, res.spec.runner_id, trust_absence=not bound and not res.deleting)
         held_elsewhere = str(held_id) if held_id and not bound else None
         held = await _find(cloud, ctx, held_elsewhere) if held_elsewhere else None
         facts = planning.Facts(
@@ -125,10 +126,12 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
         return failed(res, ctx, exc)
 
 
-async def _find(cloud: CloudClient, ctx: Context, runner_id: str) -> ManagedRunner | None:
+async def _find(
+    cloud: CloudClient, ctx: Context, runner_id: str, *, trust_absence: bool = False
+) -> ManagedRunner | None:
     if ctx.cache is None:
         return await cloud.find(runner_id)
-    return await ctx.cache.find(runner_id, ctx.max_age)
+    return await ctx.cache.find(runner_id, ctx.max_age, trust_absence=trust_absence)
 
 
 def _wrote(ctx: Context, runner_id: str) -> None:

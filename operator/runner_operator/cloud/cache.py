@@ -3,8 +3,8 @@
 With hundreds of runners polling, a GET each would exhaust the request budget; a list of 1,000
 runners per page costs one request. Safety rules keep the cache from ever causing a write:
 - a runner this process wrote after the snapshot was taken is read with a direct GET;
-- "absent from the list" is never trusted: it is confirmed with a direct GET (pagination under
-  concurrent change could skip an entry, and an absence can trigger a create).
+- "absent from the list" is confirmed with a direct GET (pagination under concurrent change could
+  skip an entry) unless the caller says an absence cannot lead it to write (nothing created yet).
 """
 
 from __future__ import annotations
@@ -38,16 +38,22 @@ class RunnerCache:
     _written: dict[str, float] = field(default_factory=dict)
     _refresh: asyncio.Task[None] | None = None
 
-    async def find(self, runner_id: str, max_age: float) -> ManagedRunner | None:
-        """The runner as of at most `max_age` seconds ago (or fresher), None only when a GET says so."""
-        if self._stale_for(runner_id) or max_age <= 0:
+    async def find(
+        self, runner_id: str, max_age: float, *, trust_absence: bool = False
+    ) -> ManagedRunner | None:
+        """The runner as of at most `max_age` seconds ago (or fresher).
+
+        None comes from a direct GET unless `trust_absence`: callers for whom "absent" leads to no
+        write (a runner not yet created) may skip that GET.
+        """
+        if max_age <= 0:
             return await self._get(runner_id)
         if self.clock() - self._taken > max_age:
             await self._refreshed()
-            if self._stale_for(runner_id):
-                return await self._get(runner_id)
+        if self._stale_for(runner_id):
+            return await self._get(runner_id)
         found = self._snapshot.get(runner_id)
-        if found is None:
+        if found is None and not trust_absence:
             return await self._get(runner_id)
         self.stats.hits += 1
         return found

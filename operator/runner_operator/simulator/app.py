@@ -177,6 +177,12 @@ async def serve_api(request: web.Request, handler: Handler) -> web.StreamRespons
             if request.match_info.http_exception is not None:
                 raise _unrouted(request.match_info.http_exception)
             authorize(request, control_route=request.path.startswith(control.PREFIX))
+            if endpoint and sim.config.rate_limit:
+                wait = sim.limiter.admit(
+                    _token(request) or "", sim.config.rate_limit, sim.config.rate_burst, time.monotonic()
+                )
+                if wait:
+                    raise errors.injected(429, "request rate limit exceeded", retry_after=wait)
             if endpoint:
                 decision = sim.faults.decide(endpoint)
                 fault = decision.label
@@ -213,6 +219,7 @@ async def serve_api(request: web.Request, handler: Handler) -> web.StreamRespons
                 round(ms, 3),
                 fault,
                 request.query_string,
+                time.time() - ms / 1000,
             )
         )
         if sim.config.log_requests:

@@ -58,6 +58,12 @@ class SimulatorConfig:
     releases: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_RELEASES))
     default_page_size: int = 50
     max_page_size: int = 1000
+    # Server-side request rate limit per token (requests per second; None = unlimited): over it,
+    # 429 RESOURCE_EXHAUSTED with Retry-After, like a real quota.
+    rate_limit: float | None = None
+    rate_burst: int = 10
+    latency: float = 0.0
+    """seconds added to every API call (realistic network and server time)."""
     state_file: str | None = None
     log_requests: bool = True
     # Seconds since the epoch; injectable so tests can drive time without sleeping.

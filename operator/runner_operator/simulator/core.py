@@ -20,7 +20,7 @@ from typing import Any
 from runner_operator.simulator import errors, schema, validation
 from runner_operator.simulator.config import SimulatorConfig, Timings
 from runner_operator.simulator.errors import ApiError, Violation
-from runner_operator.simulator.faults import FaultPlan, RequestLog, Scripted
+from runner_operator.simulator.faults import FaultPlan, RateLimiter, RequestLog, Scripted
 from runner_operator.simulator.lifecycle import DELETING, FAILED, Runner
 from runner_operator.simulator.persistence import StateFile
 
@@ -49,6 +49,9 @@ class Simulator:
         self.releases: dict[str, str] = dict(self.config.releases)
         self.faults = FaultPlan()
         self.log = RequestLog()
+        self.limiter = RateLimiter()
+        if self.config.latency:
+            self.faults.set_latency("*", self.config.latency)
         self._base_clock = self.config.clock or time.time
         self._offset = 0.0
         self._runners: dict[str, Runner] = {}

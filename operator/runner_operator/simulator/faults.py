@@ -140,10 +140,31 @@ class LoggedRequest:
     fault: str | None = None
     query: str = ""
     """the raw query string (requestId, updateMask, allowMissing...), for tests that compare calls."""
+    at: float = 0.0
+    """wall-clock time the request arrived (for latency measurements in benchmarks)."""
 
     @property
     def key(self) -> str:
         return f"{self.method} {self.route} {self.status}"
+
+
+@dataclass
+class RateLimiter:
+    """A token bucket per API token: the server-side quota behind `SimulatorConfig.rate_limit`."""
+
+    buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+    limited: int = 0
+
+    def admit(self, token: str, rate: float, burst: int, now: float) -> float:
+        """0 when the request may proceed, else the seconds until a token is available."""
+        tokens, last = self.buckets.get(token, (float(burst), now))
+        tokens = min(float(burst), tokens + (now - last) * rate)
+        if tokens >= 1.0:
+            self.buckets[token] = (tokens - 1.0, now)
+            return 0.0
+        self.buckets[token] = (tokens, now)
+        self.limited += 1
+        return (1.0 - tokens) / rate
 
 
 @dataclass

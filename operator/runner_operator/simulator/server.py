@@ -91,6 +91,16 @@ def parse_args(argv: list[str] | None) -> SimulatorConfig:
     parser.add_argument(
         "--lenient", action="store_true", help="ignore unknown JSON fields instead of refusing"
     )
+    parser.add_argument(
+        "--rate-limit",
+        type=float,
+        default=None,
+        metavar="RPS",
+        help="server-side quota per token: over it, 429 with Retry-After",
+    )
+    parser.add_argument("--rate-burst", type=int, default=10, metavar="N")
+    parser.add_argument("--latency", type=float, default=0.0, metavar="S", help="added latency per API call")
+    parser.add_argument("--quiet", action="store_true", help="do not log every request")
     args = parser.parse_args(argv)
     return SimulatorConfig(
         host=args.host,
@@ -108,6 +118,10 @@ def parse_args(argv: list[str] | None) -> SimulatorConfig:
         ),
         reject_uppercase_zone=args.reject_uppercase_zone,
         lenient=args.lenient,
+        rate_limit=args.rate_limit,
+        rate_burst=args.rate_burst,
+        latency=args.latency,
+        log_requests=not args.quiet,
     )
 
 

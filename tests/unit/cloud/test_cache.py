@@ -112,3 +112,21 @@ async def test_max_age_zero_always_reads_directly(server: RunningServer, cloud: 
     await cache.find(ids[0], max_age=0)
     assert calls(server, "list") == 0
     assert calls(server, "get") == 1
+
+
+async def test_a_written_runner_is_served_from_the_next_list_again(
+    server: RunningServer, cloud: CloudClient
+) -> None:
+    ids = await seed(cloud, 3)
+    clock = Clock()
+    cache = RunnerCache(cloud, clock=clock)
+    await cache.find(ids[0], max_age=5)
+    cache.note_write(ids[0])
+    clock.now += 1
+    server.simulator.log.clear()
+    await cache.find(ids[0], max_age=5)
+    assert calls(server, "get") == 1
+    clock.now += 10
+    await cache.find(ids[0], max_age=5)
+    assert calls(server, "list") == 1
+    assert calls(server, "get") == 1, "a list taken after the write serves the runner again"

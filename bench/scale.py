@@ -1,0 +1,376 @@
+"""Scale benchmark: N ManagedRunners on the real API server + simulator, reported as ratios.
+
+    .venv/bin/python -m bench.scale --sizes 100,1000,3000 --out bench/RESULTS.md
+
+For each N, in one run: apply-to-Ready time and its ratio to the lower bound set by the simulated
+install time and the API request budget; apply-to-create-call latency (p50/p99); API calls per
+runner while creating and per runner-hour at steady state; operator RSS and CPU; a restart with
+N Ready runners (write calls, peak request rate); behaviour under a server-side quota (429s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from kubernetes import client, config
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+sys.path.insert(0, str(ROOT))
+
+from runner_operator import reconciling, resource  # noqa: E402
+from tests.testenv.localcluster import LocalCluster, free_port  # noqa: E402
+
+TOKEN = "CW-SECRET-bench-admin"
+GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
+
+
+@dataclass
+class Run:
+    n: int
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="100,1000")
+    parser.add_argument("--install-seconds", type=float, default=20.0, help="simulated PENDING+PROVISIONING")
+    parser.add_argument("--latency", type=float, default=0.05, help="simulated API latency per call")
+    parser.add_argument("--api-rps", type=float, default=10.0, help="request budget (operator and API quota)")
+    parser.add_argument("--steady-window", type=float, default=120.0)
+    parser.add_argument("--resync", type=float, default=60.0, help="operator resync interval for the bench")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="bench-"))
+    cluster = LocalCluster(work / "cluster").start()
+    config.load_kube_config(config_file=str(cluster.kubeconfig))
+    apply_crd(cluster)
+    runs = []
+    try:
+        for n in sizes:
+            runs.append(bench_size(n, args, cluster, work))
+            print(json.dumps(runs[-1].figures, indent=1), flush=True)
+    finally:
+        cluster.stop()
+    report = render(runs, args)
+    print(report)
+    if args.out:
+        args.out.write_text(report)
+    return 0
+
+
+def apply_crd(cluster: LocalCluster) -> None:
+    kubectl = [str(ROOT / "tests/testenv/bin/kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
+    subprocess.run(
+        [
+            *kubectl,
+            "apply",
+            "--server-side",
+            "-f",
+            str(ROOT / "crds/managedrunners.sandbox.coreweave.com.yaml"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *kubectl,
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/managedrunners.sandbox.coreweave.com",
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def start_simulator(args: argparse.Namespace, work: Path, quota: bool) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    half = args.install_seconds / 2
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner_operator.cli",
+        "simulate",
+        "--port",
+        str(port),
+        "--admin-token",
+        TOKEN,
+        "--install-seconds",
+        str(half),
+        "--provision-seconds",
+        str(half),
+        "--latency",
+        str(args.latency),
+        "--heartbeat-seconds",
+        "30",
+        "--quiet",
+    ]
+    if quota:
+        cmd += ["--rate-limit", str(args.api_rps), "--rate-burst", str(int(args.api_rps))]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
+        stdout=(work / f"sim-{port}.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/_sim/state", headers=auth(), timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError("simulator did not start")
+
+
+def start_operator(
+    cluster: LocalCluster, ns: str, url: str, args: argparse.Namespace, work: Path
+) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "PYTHONPATH": str(ROOT / "operator"),
+        "RUNNER_OPERATOR_API_ENDPOINT": url,
+        "COREWEAVE_API_TOKEN": TOKEN,
+        "RUNNER_OPERATOR_REQUESTS_PER_SECOND": str(args.api_rps),
+        "RUNNER_OPERATOR_REQUEST_BURST": str(int(args.api_rps)),
+        "RUNNER_OPERATOR_RESYNC_INTERVAL": str(args.resync),
+        "RUNNER_OPERATOR_METRICS_PORT": "0",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner_operator.cli", "run", "-n", ns],
+        cwd=ROOT,
+        env=env,
+        stdout=(work / f"operator-{ns}-{uuid.uuid4().hex[:4]}.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKEN}"}
+
+
+def requests(url: str) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = httpx.get(f"{url}/_sim/requests", headers=auth(), timeout=30).json()[
+        "requests"
+    ]
+    return entries
+
+
+def proc_usage(pid: int) -> tuple[float, float]:
+    """(RSS in MB, CPU seconds) of a process."""
+    rss = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) / 1024
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return rss, cpu
+
+
+def ready_count(custom: client.CustomObjectsApi, ns: str) -> tuple[int, dict[str, float]]:
+    items = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+    ready: dict[str, float] = {}
+    for item in items:
+        for cond in item.get("status", {}).get("conditions", []):
+            if cond["type"] == "Ready" and cond["status"] == "True":
+                ready[item["metadata"]["name"]] = time.time()
+    return len(ready), ready
+
+
+def bench_size(n: int, args: argparse.Namespace, cluster: LocalCluster, work: Path) -> Run:
+    run = Run(n)
+    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+    ns = f"bench-{n}-{uuid.uuid4().hex[:4]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    sim, url = start_simulator(args, work, quota=True)
+    op = start_operator(cluster, ns, url, args, work)
+    try:
+        time.sleep(3)  # operator start-up, not part of the measurement
+        applied: dict[str, tuple[float, str]] = {}
+        t0 = time.time()
+        for i in range(n):
+            name = f"r{i:05d}"
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "ManagedRunner",
+                "metadata": {"name": name},
+                "spec": {
+                    "runnerId": f"{ns}-{i:05d}",
+                    "clusterId": str(uuid.uuid4()),
+                    "zone": "us-east-04a",
+                    "policy": {"constraints": {"lifecycle": {"defaultLifetimeSeconds": 3600}}},
+                },
+            }
+            created = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+            applied[name] = (time.time(), created["metadata"]["uid"])
+        t_applied = time.time()
+        first_ready: dict[str, float] = {}
+        while len(first_ready) < n and time.time() - t0 < 60 * 30:
+            _, ready = ready_count(custom, ns)
+            for name, at in ready.items():
+                first_ready.setdefault(name, at)
+            time.sleep(1.0)
+        t_ready = time.time()
+        rss, cpu = proc_usage(op.pid)
+        log = requests(url)
+        # The last create cannot be sent before N requests at the budget, then it still installs.
+        lower = n / args.api_rps + args.install_seconds
+        keys = {}
+        for name, (at, uid) in applied.items():
+            i = int(name[1:])
+            res = resource.ManagedRunnerResource.model_construct(
+                uid=uid, spec=resource.ManagedRunnerSpec.model_construct(runner_id=f"{ns}-{i:05d}"), status={}
+            )
+            keys[reconciling.request_key(res, recreations=0)] = at
+        latencies = sorted(
+            e["at"] - keys[q["requestId"][0]]
+            for e in log
+            if e["method"] == "POST" and (q := _query(e)).get("requestId") and q["requestId"][0] in keys
+        )
+        ready_times = sorted(first_ready[k] - applied[k][0] for k in first_ready)
+        by_endpoint = Counter(e["endpoint"] for e in log)
+        run.figures.update(
+            {
+                "n": n,
+                "apply_seconds": round(t_applied - t0, 1),
+                "all_ready_seconds": round(t_ready - t0, 1),
+                "ready": len(first_ready),
+                "lower_bound_seconds": lower,
+                "ready_ratio_to_lower_bound": round((t_ready - t0) / lower, 2),
+                "create_call_latency_p50": round(statistics.median(latencies), 2) if latencies else None,
+                "create_call_latency_p99": round(latencies[int(len(latencies) * 0.99) - 1], 2)
+                if latencies
+                else None,
+                "ready_latency_p50": round(statistics.median(ready_times), 1) if ready_times else None,
+                "ready_latency_spread_p99_p1": round(
+                    ready_times[int(len(ready_times) * 0.99) - 1] - ready_times[int(len(ready_times) * 0.01)],
+                    1,
+                )
+                if ready_times
+                else None,
+                "calls_during_creation": len(log),
+                "calls_per_runner_creation": round(len(log) / n, 2),
+                "calls_by_endpoint_creation": dict(by_endpoint),
+                "http_429_during_creation": sum(1 for e in log if e["status"] == 429),
+                "operator_rss_mb_after_ready": round(rss, 1),
+                "operator_cpu_seconds_creation": round(cpu, 1),
+            }
+        )
+        # Steady state.
+        httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
+        cpu_before = proc_usage(op.pid)[1]
+        time.sleep(args.steady_window)
+        log = requests(url)
+        rss, cpu = proc_usage(op.pid)
+        reads = sum(1 for e in log if e["method"] == "GET")
+        per_runner_interval = reads / n / (args.steady_window / args.resync)
+        run.figures.update(
+            {
+                "steady_window_seconds": args.steady_window,
+                "steady_calls": len(log),
+                "steady_writes": sum(1 for e in log if e["method"] != "GET"),
+                "steady_reads_per_runner_per_resync": round(per_runner_interval, 3),
+                "steady_reads_per_runner_hour_at_default_300s_resync": round(per_runner_interval * 12, 3),
+                "steady_calls_by_endpoint": dict(Counter(e["endpoint"] for e in log)),
+                "operator_rss_mb_steady": round(rss, 1),
+                "operator_cpu_percent_steady": round(100 * (cpu - cpu_before) / args.steady_window, 1),
+            }
+        )
+        # Restart with N Ready runners.
+        os.killpg(op.pid, signal.SIGTERM)
+        op.wait(30)
+        httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
+        t_restart = time.time()
+        op = start_operator(cluster, ns, url, args, work)
+        settle = args.resync + 30
+        time.sleep(settle)
+        log = requests(url)
+        per_second = Counter(int(e["at"] - t_restart) for e in log)
+        observed = _observed_since(custom, ns, t_restart)
+        run.figures.update(
+            {
+                "restart_window_seconds": settle,
+                "restart_calls": len(log),
+                "restart_writes": sum(1 for e in log if e["method"] != "GET"),
+                "restart_peak_requests_per_second": max(per_second.values()) if per_second else 0,
+                "restart_runners_observed_in_window": observed,
+                "restart_http_429": sum(1 for e in log if e["status"] == 429),
+                "operator_rss_mb_after_restart": round(proc_usage(op.pid)[0], 1),
+            }
+        )
+    finally:
+        for proc in (op, sim):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(30)
+    return run
+
+
+def _query(entry: dict[str, Any]) -> dict[str, list[str]]:
+    from urllib.parse import parse_qs
+
+    return parse_qs(entry.get("query", ""))
+
+
+def _observed_since(custom: client.CustomObjectsApi, ns: str, since: float) -> int:
+    items = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+    count = 0
+    for item in items:
+        stamp = item.get("status", {}).get("lastObservedTime")
+        if stamp and time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone >= since - 1:
+            count += 1
+    return count
+
+
+def render(runs: list[Run], args: argparse.Namespace) -> str:
+    lines = [
+        "# Scale benchmark results",
+        "",
+        "Command: `.venv/bin/python -m bench.scale --sizes "
+        f"{','.join(str(r.n) for r in runs)} --install-seconds {args.install_seconds:g} "
+        f"--latency {args.latency:g} --api-rps {args.api_rps:g} --steady-window {args.steady_window:g} "
+        f"--resync {args.resync:g}`",
+        "",
+        f"Machine: {os.cpu_count()} cores, "
+        f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB; real kube-apiserver "
+        "v1.37.2 + etcd, simulator and operator on the same machine (everything shares the 2 cores).",
+        "",
+        "| figure | " + " | ".join(f"N = {r.n}" for r in runs) + " |",
+        "| --- | " + " | ".join("---" for _ in runs) + " |",
+    ]
+    keys = list(runs[0].figures) if runs else []
+    for key in keys:
+        if key == "n":
+            continue
+        values = [r.figures.get(key) for r in runs]
+        shown = [json.dumps(v) if isinstance(v, dict) else str(v) for v in values]
+        lines.append(f"| {key} | " + " | ".join(shown) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
