@@ -16,6 +16,7 @@ from runner_operator.cloud.client import COLLECTION
 from runner_operator.cloud.models import ManagedRunner, to_wire
 
 MASK = "<redacted>"
+MASK_CHANGED = "<redacted, changed>"
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,24 @@ def _update(change: Any, observed: ManagedRunner | None) -> Call:
     body = masked(to_wire(change.body, request=True))
     if change.etag:
         body["etag"] = change.etag
-    old = masked(to_wire(observed, request=True)) if observed is not None else {}
-    new = masked(to_wire(change.body, request=True))
+    old_wire = to_wire(observed, request=True) if observed is not None else {}
+    new_wire = to_wire(change.body, request=True)
+    old, new = masked(old_wire), masked(new_wire)
+    _mark_changed_env(_at(old_wire, "spec.overrides.env"), _at(new_wire, "spec.overrides.env"), new)
     changes = tuple((path, _short(_at(old, path)), _short(_at(new, path))) for path in change.mask)
     runner_id = (observed.runner_id if observed else None) or str(body.get("identity", {}).get("runnerId"))
     return Call("PATCH", _item(runner_id), {"updateMask": ",".join(change.mask)}, body, changes)
+
+
+def _mark_changed_env(before: Any, after: Any, masked_new: dict[str, Any]) -> None:
+    """Say which env values change without showing them."""
+    env = _at(masked_new, "spec.overrides.env")
+    if not isinstance(env, dict) or not isinstance(after, dict):
+        return
+    before = before if isinstance(before, dict) else {}
+    for key in env:
+        if before.get(key) != after.get(key):
+            env[key] = MASK_CHANGED
 
 
 def _item(runner_id: str) -> str:

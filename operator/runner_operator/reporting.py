@@ -72,10 +72,14 @@ def cadence(status: Mapping[str, Any]) -> str:
     """
     conds = {str(c.get("type")): c for c in status.get("conditions") or () if isinstance(c, Mapping)}
     ready, synced, stalled = conds.get("Ready", {}), conds.get("Synced", {}), conds.get("Stalled", {})
-    if ready.get("status") == "True" or stalled.get("status") == "True" or synced.get("reason") == "Paused":
+    if stalled.get("status") == "True" or synced.get("reason") == "Paused":
+        return "slow"
+    if synced.get("status") == "False":
+        return "medium"  # a transient failure, even on a runner still Ready from an older generation
+    if ready.get("status") == "True":
         return "slow"
     if not conds:
         return "fast"
-    if synced.get("status") == "False" or ready.get("reason") in ("InstallFailed", "Disconnected"):
+    if ready.get("reason") in ("InstallFailed", "Disconnected"):
         return "medium"
     return "fast"
