@@ -60,10 +60,10 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     cluster = LocalCluster(work / "cluster").start()
-    config.load_kube_config(config_file=str(cluster.kubeconfig))
-    apply_crd(cluster)
     runs = []
     try:
+        config.load_kube_config(config_file=str(cluster.kubeconfig))
+        apply_crd(cluster)
         for n in sizes:
             runs.append(bench_size(n, args, cluster, work))
             print(json.dumps(runs[-1].figures, indent=1), flush=True)
@@ -78,28 +78,23 @@ def main() -> int:
 
 def apply_crd(cluster: LocalCluster) -> None:
     kubectl = [str(ROOT / "tests/testenv/bin/kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
-    subprocess.run(
-        [
-            *kubectl,
-            "apply",
-            "--server-side",
-            "-f",
-            str(ROOT / "crds/managedrunners.sandbox.coreweave.com.yaml"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(
-        [
-            *kubectl,
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/managedrunners.sandbox.coreweave.com",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    crd = str(ROOT / "crds/managedrunners.sandbox.coreweave.com.yaml")
+    subprocess.run([*kubectl, "apply", "--server-side", "-f", crd], check=True, capture_output=True)
+    for _ in range(60):
+        done = subprocess.run(
+            [
+                *kubectl,
+                "wait",
+                "--for=condition=Established",
+                "--timeout=5s",
+                "crd/managedrunners.sandbox.coreweave.com",
+            ],
+            capture_output=True,
+        )
+        if done.returncode == 0:
+            return
+        time.sleep(1)
+    raise RuntimeError(f"CRD not established: {done.stderr.decode()}")
 
 
 def start_simulator(args: argparse.Namespace, work: Path, quota: bool) -> tuple[subprocess.Popen[bytes], str]:
