@@ -1,0 +1,316 @@
+"""Packaging test helpers: render the chart, edit its RBAC, run the operator as its Deployment would.
+
+Shared by tests/unit/test_chart.py (render, lint, schema) and tests/e2e/test_packaging.py (apply,
+RBAC proof, lifecycle under the chart's ServiceAccount). Nothing here knows the chart's internals
+beyond what a user sees in `helm template` output.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "managed-runner-operator"
+BIN_DIR = ROOT / "tests" / "testenv" / "bin"
+RBAC_KINDS = ("ClusterRole", "Role")
+
+# Every rule the chart grants, as Grant.id; the e2e suite removes each in turn and expects a
+# permission error, and a unit test keeps these lists equal to what the chart renders.
+CLUSTER_GRANTS = [
+    "cluster:customresourcedefinitions:list,watch",
+    "cluster:managedrunners:list,watch,patch",
+    "cluster:managedrunners/status:patch",
+    "cluster:events:create",
+    "cluster:secrets:get",
+]
+NAMESPACED_GRANTS = [
+    "cluster:customresourcedefinitions:list,watch",
+    "cluster:namespaces:list,watch",
+    "ns:managedrunners:list,watch,patch",
+    "ns:managedrunners/status:patch",
+    "ns:events:create",
+    "ns:secrets:get",
+    "ns-named:secrets:get",
+]
+# Value sets that `helm lint`, `helm template` and the API server must all accept.
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "namespaced": {"watchNamespaces": ["team-a", "team-b"], "credentials": {"existingSecret": "cw-api"}},
+    "existing-secret": {"credentials": {"existingSecret": "coreweave-api", "key": "apiToken"}},
+    "token-created": {"credentials": {"token": "CW-SECRET-example"}},
+    "metrics-on": {
+        "metrics": {"enabled": True, "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}}
+    },
+    "secret-namespaces": {
+        "rbac": {"secretNamespaces": ["team-a"]},
+        "credentials": {"existingSecret": "coreweave-api"},
+    },
+    "tuned": {
+        "image": {"digest": "sha256:" + "a" * 64},
+        "config": {"fastInterval": 0.5, "verbose": True, "jsonLogs": True},
+        "extraEnv": [{"name": "RUNNER_OPERATOR_RETRY_BUDGET", "value": "5"}],
+        "fullnameOverride": "mro",
+        "serviceAccount": {"annotations": {"example.com/role": "operator"}},
+    },
+}
+
+# Namespaced mode with the default token Secret outside the watched namespaces (its own Role).
+NAMESPACED_PROOF_VALUES = {"watchNamespaces": ["team-a"], "credentials": {"existingSecret": "api"}}
+
+# docs/install.md's way out for a ManagedRunner whose operator is gone (a test runs it).
+FINALIZER_WAY_OUT = (
+    'kubectl patch managedrunner <name> -n <namespace> --type=merge -p \'{"metadata":{"finalizers":null}}\''
+)
+
+
+def helm_binary() -> str:
+    """The helm built by tests/testenv/build.sh (or one on PATH); skip locally, fail in CI, without it."""
+    built = BIN_DIR / "helm"
+    if built.is_file():
+        return str(built)
+    found = shutil.which("helm")
+    if found:
+        return found
+    message = "helm not found: run tests/testenv/build.sh"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI: {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([helm_binary(), *args], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def helm_noise_removed(stderr: str) -> str:
+    """stderr without helm's note that it followed the CRD symlink (expected: see test_chart)."""
+    return "\n".join(line for line in stderr.splitlines() if "found symbolic link in path" not in line)
+
+
+def values_file(values: Mapping[str, Any]) -> Path:
+    """Write values to a temporary file (YAML is a superset of JSON) and return its path."""
+    handle, name = tempfile.mkstemp(prefix="values-", suffix=".yaml")
+    with os.fdopen(handle, "w") as out:
+        json.dump(values, out)
+    return Path(name)
+
+
+def template(
+    values: Mapping[str, Any] | None = None,
+    *,
+    release: str = "runner-operator",
+    namespace: str = "runner-operator",
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    path = values_file(values or {})
+    try:
+        return helm(
+            "template", release, str(CHART), "--namespace", namespace, "--values", str(path), check=check
+        )
+    finally:
+        path.unlink()
+
+
+def render(
+    values: Mapping[str, Any] | None = None,
+    *,
+    release: str = "runner-operator",
+    namespace: str = "runner-operator",
+) -> list[dict[str, Any]]:
+    """`helm template` output as a list of objects (empty documents dropped)."""
+    out = template(values, release=release, namespace=namespace).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def find(docs: Sequence[Mapping[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        dict(doc) for doc in docs if doc["kind"] == kind and (name is None or doc["metadata"]["name"] == name)
+    ]
+
+
+def one(docs: Sequence[Mapping[str, Any]], kind: str) -> dict[str, Any]:
+    found = find(docs, kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One rule of one role: the unit the RBAC proof removes."""
+
+    kind: str  # ClusterRole or Role
+    role: str  # the role's name
+    resources: tuple[str, ...]  # e.g. ("managedrunners/status",)
+    verbs: tuple[str, ...]
+    resource_names: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        scope = "cluster" if self.kind == "ClusterRole" else "ns"
+        if self.resource_names:
+            scope += "-named"
+        return f"{scope}:{','.join(self.resources)}:{','.join(self.verbs)}"
+
+    def matches(self, role: Mapping[str, Any], rule: Mapping[str, Any]) -> bool:
+        return (role["kind"], role["metadata"]["name"]) == (self.kind, self.role) and self == _grant(
+            role, rule
+        )
+
+
+def _grant(role: Mapping[str, Any], rule: Mapping[str, Any]) -> Grant:
+    return Grant(
+        role["kind"],
+        role["metadata"]["name"],
+        tuple(rule["resources"]),
+        tuple(rule["verbs"]),
+        tuple(rule.get("resourceNames") or ()),
+    )
+
+
+def grants(docs: Sequence[Mapping[str, Any]]) -> list[Grant]:
+    """Every rule the chart grants; Roles repeated per namespace are listed once."""
+    seen: dict[Grant, None] = {}
+    for doc in docs:
+        if doc["kind"] in RBAC_KINDS:
+            for rule in doc.get("rules") or []:
+                seen.setdefault(_grant(doc, rule), None)
+    return list(seen)
+
+
+def without(docs: Sequence[Mapping[str, Any]], grant: Grant) -> list[dict[str, Any]]:
+    """A copy of the rendered chart with one rule removed from every copy of its role."""
+    out: list[dict[str, Any]] = []
+    removed = 0
+    for doc in docs:
+        doc = copy.deepcopy(dict(doc))
+        if doc["kind"] in RBAC_KINDS:
+            kept = [rule for rule in doc.get("rules") or [] if not grant.matches(doc, rule)]
+            removed += len(doc.get("rules") or []) - len(kept)
+            doc["rules"] = kept
+        out.append(doc)
+    assert removed, f"{grant} not found in the rendered chart"
+    return out
+
+
+def yaml_stream(docs: Sequence[Mapping[str, Any]]) -> str:
+    return "---\n".join(yaml.safe_dump(dict(doc), sort_keys=False) for doc in docs)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class DeployedOperator:
+    """`runner-operator run` with exactly the chart Deployment's args and env, as its ServiceAccount.
+
+    Outside a pod there is no in-cluster config, so the ServiceAccount's token comes in a kubeconfig;
+    Secret-backed env values are not supported (the chart uses none). The liveness and metrics
+    endpoints move to free ports so operators can run side by side.
+    """
+
+    def __init__(
+        self,
+        deployment: Mapping[str, Any],
+        kubeconfig: Path,
+        log_dir: Path,
+        *,
+        entry: Sequence[str] | None = None,
+    ) -> None:
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        self.health_port = free_port()
+        self.args = [self._local(arg) for arg in container.get("args", [])]
+        self.env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+        self.metrics_port = 0
+        if self.env.get("RUNNER_OPERATOR_METRICS_PORT", "0") != "0":
+            self.metrics_port = free_port()
+            self.env["RUNNER_OPERATOR_METRICS_PORT"] = str(self.metrics_port)
+        self.probe_path = container["livenessProbe"]["httpGet"]["path"]
+        self.kubeconfig = kubeconfig
+        self.entry = list(entry or [sys.executable, "-m", "runner_operator.cli", "run"])
+        self.log_path = log_dir / f"operator-{uuid.uuid4().hex[:6]}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _local(self, arg: str) -> str:
+        prefix = "--liveness=http://0.0.0.0:"
+        if arg.startswith(prefix):
+            path = "/" + arg[len(prefix) :].partition("/")[2]
+            return f"--liveness=http://127.0.0.1:{self.health_port}{path}"
+        return arg
+
+    def start(self) -> DeployedOperator:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("RUNNER_OPERATOR_", "COREWEAVE_", "KUBERNETES_"))
+        }
+        env.update(self.env)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        if self.entry[0] == sys.executable:
+            env["PYTHONPATH"] = str(ROOT / "operator")
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [*self.entry, *self.args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=self.log_path.parent,
+        )
+        log.close()
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def exited(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def probe(self) -> int | None:
+        """HTTP status of the liveness endpoint, or None when nothing answers."""
+        return http_status(f"http://127.0.0.1:{self.health_port}{self.probe_path}")
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+
+def http_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None

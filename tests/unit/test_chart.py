@@ -1,0 +1,332 @@
+"""The Helm chart, the plain manifests and the Dockerfile, checked without a cluster.
+
+`helm lint` and `helm template` for the default and several non-default value sets, the schema
+rejecting bad values with a readable message, hardened pod defaults, RBAC that never grants more
+than the operator needs, and deploy/ kept identical to the chart's output. Regenerate deploy/
+with `python -m tests.unit.test_chart` after a chart change.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e import packaging_chart as chart
+from tests.e2e.packaging_chart import ROOT, VALUE_SETS, find, one, render
+
+# Bad values and the message a user sees.
+INVALID: dict[str, tuple[dict[str, Any], str]] = {
+    "typo-at-top-level": ({"replicaCount": 2}, "additional properties 'replicaCount' not allowed"),
+    "namespace-pattern": ({"watchNamespaces": ["team-*"]}, "at '/watchNamespaces/0'"),
+    "pull-policy": ({"image": {"pullPolicy": "Sometimes"}}, "value must be one of 'Always', 'IfNotPresent'"),
+    "endpoint-without-scheme": ({"apiEndpoint": "api.coreweave.com"}, "at '/apiEndpoint'"),
+    "zero-interval": ({"config": {"fastInterval": 0}}, "at '/config/fastInterval'"),
+    "port-range": ({"metrics": {"port": 70000}}, "at '/metrics/port'"),
+    "bad-digest": ({"image": {"digest": "latest"}}, "at '/image/digest'"),
+    "typo-in-group": ({"credentials": {"secret": "x"}}, "additional properties 'secret' not allowed"),
+    "token-and-existing-secret": (
+        {"credentials": {"existingSecret": "a", "token": "b"}},
+        "credentials: set existingSecret or token, not both",
+    ),
+    "service-monitor-without-service": (
+        {"metrics": {"serviceMonitor": {"enabled": True}}},
+        "metrics.serviceMonitor.enabled needs metrics.enabled: true",
+    ),
+    "port-clash": ({"metrics": {"port": 8080}}, "metrics.port and health.port must differ"),
+}
+
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
+# The only writes the operator may make: the finalizer (a patch of the resource), status, Events.
+ALLOWED_WRITES = {("managedrunners", "patch"), ("managedrunners/status", "patch"), ("events", "create")}
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_helm_lint_is_clean(name: str) -> None:
+    path = chart.values_file(VALUE_SETS[name])
+    try:
+        result = chart.helm("lint", "--strict", str(chart.CHART), "--values", str(path), check=False)
+    finally:
+        path.unlink()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout
+    assert "[ERROR]" not in result.stdout
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_template_renders_valid_unique_objects(name: str) -> None:
+    result = chart.template(VALUE_SETS[name])
+    assert chart.helm_noise_removed(result.stderr) == "", result.stderr
+    docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    keys = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs]
+    assert len(keys) == len(set(keys)), keys
+    for doc in docs:
+        assert doc["apiVersion"]
+        assert doc["kind"]
+        assert len(doc["metadata"]["name"]) <= 63, doc["metadata"]["name"]
+        assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "managed-runner-operator"
+    assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= {d["kind"] for d in docs}
+
+
+@pytest.mark.parametrize("name", INVALID)
+def test_invalid_values_are_rejected_with_a_clear_message(name: str) -> None:
+    values, message = INVALID[name]
+    result = chart.template(values, check=False)
+    assert result.returncode != 0, f"{name} was accepted"
+    assert message in result.stderr, result.stderr
+
+
+def test_the_chart_crd_is_the_crds_file(tmp_path: Path) -> None:
+    """A symlink, so the two cannot drift; `helm package` stores the file's content."""
+    crd = "managedrunners.sandbox.coreweave.com.yaml"
+    ours = chart.CHART / "crds" / crd
+    assert ours.is_symlink(), f"{ours} must be a symlink to crds/{crd}"
+    assert ours.resolve() == (ROOT / "crds" / crd).resolve()
+    assert sorted(p.name for p in ours.parent.iterdir()) == [crd]
+    chart.helm("package", str(chart.CHART), "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob("*.tgz")
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile(f"managed-runner-operator/crds/{crd}")
+        assert member is not None
+        assert member.read() == (ROOT / "crds" / crd).read_bytes()
+
+
+def test_pod_is_hardened_and_single_instance() -> None:
+    deployment = one(render(), "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["runAsNonRoot"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["resources"]["requests"]["cpu"]
+    assert container["resources"]["requests"]["memory"]
+    assert container["resources"]["limits"]["memory"]
+    health = next(p for p in container["ports"] if p["name"] == "health")
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["args"] == [
+        "--all-namespaces",
+        f"--liveness=http://0.0.0.0:{health['containerPort']}/healthz",
+    ]
+    assert "command" not in container  # the image's entry point, `runner-operator run`
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"/tmp"}
+
+
+def test_namespaced_mode_grants_nothing_cluster_wide_but_discovery() -> None:
+    docs = render(VALUE_SETS["namespaced"], namespace="ops")
+    (cluster_role,) = find(docs, "ClusterRole")
+    assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in cluster_role["rules"]} == {
+        (("customresourcedefinitions",), ("list", "watch")),
+        (("namespaces",), ("list", "watch")),
+    }
+    roles = find(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["ops", "team-a", "team-b"]
+    bindings = find(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["ops", "team-a", "team-b"]
+    token_role = next(r for r in roles if r["metadata"]["namespace"] == "ops")
+    assert token_role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["cw-api"], "verbs": ["get"]}
+    ]
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:2] == ["--namespace=team-a", "--namespace=team-b"]
+
+
+def test_token_secret_readable_through_a_watched_namespace_needs_no_extra_role() -> None:
+    docs = render({"watchNamespaces": ["ops"], "credentials": {"existingSecret": "cw-api"}}, namespace="ops")
+    assert [r["metadata"]["namespace"] for r in find(docs, "Role")] == ["ops"]
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_rbac_never_lists_secrets_nor_writes_beyond_status_finalizer_and_events(name: str) -> None:
+    docs = render(VALUE_SETS[name])
+    for role in find(docs, "ClusterRole") + find(docs, "Role"):
+        for rule in role["rules"]:
+            assert "nonResourceURLs" not in rule
+            assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+            for resource in rule["resources"]:
+                if resource == "secrets":
+                    assert rule["verbs"] == ["get"], rule
+                for verb in rule["verbs"]:
+                    if verb in WRITE_VERBS:
+                        assert (resource, verb) in ALLOWED_WRITES, (role["metadata"]["name"], rule)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [({}, chart.CLUSTER_GRANTS), (chart.NAMESPACED_PROOF_VALUES, chart.NAMESPACED_GRANTS)],
+    ids=["cluster", "namespaced"],
+)
+def test_every_rule_is_one_the_e2e_suite_removes(values: dict[str, Any], expected: list[str]) -> None:
+    """tests/e2e/test_packaging.py proves each of these necessary; a new rule must be added there too."""
+    assert [g.id for g in chart.grants(render(values, namespace="ops"))] == expected
+
+
+def test_default_token_comes_from_one_named_secret() -> None:
+    existing = one(render(VALUE_SETS["existing-secret"], namespace="ops"), "Deployment")
+    env = {e["name"]: e.get("value") for e in existing["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["RUNNER_OPERATOR_DEFAULT_SECRET"] == "ops/coreweave-api:apiToken"
+    assert "COREWEAVE_API_TOKEN" not in env
+    assert not find(render(VALUE_SETS["existing-secret"]), "Secret")
+
+    created = render(VALUE_SETS["token-created"], namespace="ops")
+    (secret,) = find(created, "Secret")
+    assert base64.b64decode(secret["data"]["token"]).decode() == "CW-SECRET-example"
+    env = {
+        e["name"]: e.get("value")
+        for e in one(created, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["RUNNER_OPERATOR_DEFAULT_SECRET"] == f"ops/{secret['metadata']['name']}:token"
+    assert "CW-SECRET-example" not in yaml.safe_dump(one(created, "Deployment"))
+
+    neither = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "RUNNER_OPERATOR_DEFAULT_SECRET" not in {e["name"] for e in neither}
+
+
+def test_metrics_service_and_monitor_point_at_the_metrics_port() -> None:
+    docs = render({"metrics": {"enabled": True, "port": 9191, "serviceMonitor": {"enabled": True}}})
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["RUNNER_OPERATOR_METRICS_PORT"] == "9191"
+    assert {"name": "metrics", "containerPort": 9191, "protocol": "TCP"} in container["ports"]
+    service = one(docs, "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+
+    off = render({"metrics": {"port": 0}})
+    container = one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"]: e.get("value") for e in container["env"]}["RUNNER_OPERATOR_METRICS_PORT"] == "0"
+    assert [p["name"] for p in container["ports"]] == ["health"]
+    assert not find(render(), "Service")
+
+
+def test_notes_tell_the_user_how_to_check_the_install() -> None:
+    result = chart.helm(
+        "install",
+        "mro",
+        str(chart.CHART),
+        "--namespace",
+        "ops",
+        "--dry-run=client",
+        "--set",
+        "credentials.existingSecret=cw",
+    )
+    notes = result.stdout[result.stdout.index("NOTES:") :]
+    assert "kubectl -n ops rollout status deployment/mro-managed-runner-operator" in notes
+    assert "kubectl auth can-i" in notes
+    assert "Secret ops/cw" in notes
+    assert "helm upgrade` never updates the CRD" in notes
+
+
+# -- plain manifests --------------------------------------------------------------------------
+
+PLAIN_VALUES = {"credentials": {"existingSecret": "coreweave-api"}}
+PLAIN_HEADER = """\
+# Generated from helm/managed-runner-operator by `python -m tests.unit.test_chart` (a test keeps them
+# identical): the chart's default values plus credentials.existingSecret=coreweave-api, release
+# "managed-runner-operator" in namespace "runner-operator". Install with
+#   kubectl apply --server-side -k deploy/
+"""
+
+
+def plain_manifests() -> str:
+    """deploy/operator.yaml as the chart renders it, without Helm's own labels."""
+    out = chart.template(PLAIN_VALUES, release="managed-runner-operator", namespace="runner-operator").stdout
+    lines = [
+        line.replace("app.kubernetes.io/managed-by: Helm", "app.kubernetes.io/managed-by: kustomize")
+        for line in out.splitlines()
+        if not re.match(r"^\s*(helm\.sh/chart:|# Source: )", line)
+    ]
+    return PLAIN_HEADER + "\n".join(lines).strip() + "\n"
+
+
+def test_plain_manifests_are_the_chart_output() -> None:
+    path = ROOT / "deploy" / "operator.yaml"
+    assert path.read_text() == plain_manifests(), "deploy/ is stale: run `python -m tests.unit.test_chart`"
+    kustomization = yaml.safe_load((ROOT / "deploy" / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["../crds", "namespace.yaml", "operator.yaml"]
+    namespace = yaml.safe_load((ROOT / "deploy" / "namespace.yaml").read_text())
+    assert namespace["metadata"]["name"] == "runner-operator"
+
+
+# -- the image ----------------------------------------------------------------------------------
+
+
+def _stages(dockerfile: str) -> list[list[str]]:
+    """Instructions per stage, continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n", " ", dockerfile)
+    stages: list[list[str]] = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.upper().startswith("FROM "):
+            stages.append([])
+        if stages:
+            stages[-1].append(line)
+    return stages
+
+
+def test_dockerfile_builds_a_wheel_and_runs_it_unprivileged() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    build, final = _stages(text)
+    assert re.match(r"FROM \$\{PYTHON_IMAGE\} AS build", build[0])
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.\d+-slim", text, re.M)
+    build_text = "\n".join(build)
+    assert "pip wheel --no-deps --wheel-dir /dist ." in build_text
+    assert "python -m venv --without-pip /opt/venv" in build_text
+    assert "pip --python /opt/venv/bin/python install --no-cache-dir /dist/*.whl" in build_text
+    final_text = "\n".join(final)
+    assert final[0] == "FROM ${PYTHON_IMAGE}"
+    assert "COPY --from=build /opt/venv /opt/venv" in final
+    for forbidden in ("pip install", "pip wheel", "apt-get", "gcc", "build-essential", "COPY operator"):
+        assert forbidden not in final_text, forbidden
+    user = next(line for line in final if line.startswith("USER "))
+    assert re.fullmatch(r"USER [1-9]\d*:[1-9]\d*", user), user
+    assert 'ENTRYPOINT ["runner-operator", "run"]' in final
+    assert "PYTHONDONTWRITEBYTECODE=1" in final_text
+    pod = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert f"USER {pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}" == user
+
+
+def test_dockerignore_sends_only_what_the_build_copies() -> None:
+    lines = [
+        line
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[0] == "*"
+    assert {line for line in lines if line.startswith("!")} == {"!pyproject.toml", "!README.md", "!operator/"}
+
+
+def test_install_guide_has_every_section_and_the_finalizer_way_out() -> None:
+    text = (ROOT / "docs" / "install.md").read_text()
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    for wanted in ("Install", "Credentials", "Upgrade", "Uninstall"):
+        assert any(h.startswith(wanted) for h in headings), (wanted, headings)
+    assert chart.FINALIZER_WAY_OUT in text
+    assert "kubectl apply --server-side -k crds/" in text
+
+
+if __name__ == "__main__":
+    (ROOT / "deploy" / "operator.yaml").write_text(plain_manifests())
+    sys.exit(0)
