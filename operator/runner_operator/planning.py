@@ -211,6 +211,8 @@ def _plan_absent(facts: Facts) -> Action:
 
 
 def _plan_unbound(facts: Facts, observed: ManagedRunner) -> Action:
+    if facts.paused:
+        return Idle("Paused", "spec.paused is true: the runner is not claimed, created or adopted")
     if facts.request_id:
         # Our create may have succeeded before we could record it; the same key replays it.
         return Create(facts.desired, facts.request_id)
