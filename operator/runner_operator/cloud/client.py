@@ -44,6 +44,7 @@ class CloudClient:
         clock: budgets.Clock = time.monotonic,
         jitter: Callable[[], float] = random.random,
         observer: Observer | None = None,
+        queue_wait: float = 300.0,
     ) -> None:
         """An injected `http` client stays owned by the caller; otherwise one is built (on `transport`).
 
@@ -59,6 +60,7 @@ class CloudClient:
         self._clock = clock
         self._jitter = jitter
         self._observer = observer
+        self._queue_wait = queue_wait
         self.budget = budget or budgets.shared(self._base_url, self._token.get_secret_value(), clock=clock)
 
     def __repr__(self) -> str:
@@ -172,14 +174,18 @@ class CloudClient:
         json: Any = None,
         policy_update: bool = False,
     ) -> dict[str, Any]:
-        deadline = self._clock() + self._retry.budget
+        deadline: float | None = None
         attempt = 0
         while True:
             attempt += 1
             try:
-                await self.budget.acquire(self._sleep, max_wait=max(0.0, deadline - self._clock()))
+                # Waiting for the shared budget is queueing, not failing: callers line up (fairly)
+                # for up to queue_wait seconds; the retry budget counts from the first attempt.
+                await self.budget.acquire(self._sleep, max_wait=self._queue_wait)
             except budgets.BudgetExhausted as exc:
                 raise errors.RateLimited("local request budget exhausted", retry_after=exc.wait) from None
+            if deadline is None:
+                deadline = self._clock() + self._retry.budget
             outcome = await self._attempt(method, path, params, json, policy_update)
             if isinstance(outcome, dict):
                 return outcome
