@@ -47,6 +47,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.metrics = registry
     memo.credentials = credentials
     memo.locks = {}
+    memo.bound = {}  # uid -> runner ID this process bound (bridges the gap until the status write shows)
     memo.metrics_server = await _serve_metrics(registry, CONFIG.metrics_port)
 
 
@@ -219,6 +220,7 @@ async def _pass(
             deletion_timeout=CONFIG.deletion_timeout,
             claimed_by=_claimed_by(res, claims or {}),
             max_age=max_age,
+            bound_here=memo.bound.get(uid),
         )
         credentials: Credentials = memo.credentials
         try:
@@ -230,8 +232,14 @@ async def _pass(
             outcome = await reconciling.reconcile(res, credentials.client(resolved.token), ctx)
     _apply(body, patch, outcome)
     _record(memo.metrics, uid, outcome)
+    if "runnerId" in outcome.status:
+        if outcome.status["runnerId"]:
+            memo.bound[uid] = outcome.status["runnerId"]
+        else:
+            memo.bound.pop(uid, None)
     if outcome.release:
         locks.pop(uid, None)
+        memo.bound.pop(uid, None)
     return outcome
 
 

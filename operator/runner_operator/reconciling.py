@@ -65,6 +65,8 @@ class Context:
     claimed_by: str | None = None
     max_age: float = 0.0
     """how old a batched (list) observation may be; 0 reads each runner with its own GET."""
+    bound_here: str | None = None
+    """the runner this process bound the resource to, if its status write may not be visible yet."""
     cache: RunnerCache | None = None
 
 
@@ -101,10 +103,11 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
         return failed(res, ctx, CredentialsProblem("SecretNotFound", f"cannot resolve {exc.args[0]}"))
     try:
         held_id = res.status.get("runnerId")
-        bound = held_id == res.spec.runner_id
+        # A pass can run on a body older than our last status write; what this process bound counts.
+        bound = res.spec.runner_id in (held_id, ctx.bound_here)
         # An absence only leads to a write for a runner this resource holds (it would be recreated).
         observed = await _find(cloud, ctx, res.spec.runner_id, trust_absence=not bound and not res.deleting)
-        held_elsewhere = str(held_id) if held_id and not bound else None
+        held_elsewhere = str(held_id) if held_id and held_id != res.spec.runner_id else None
         held = await _find(cloud, ctx, held_elsewhere) if held_elsewhere else None
         facts = planning.Facts(
             desired=desired,
@@ -134,10 +137,10 @@ async def _find(
     return await ctx.cache.find(runner_id, ctx.max_age, trust_absence=trust_absence)
 
 
-def _wrote(ctx: Context, runner_id: str) -> None:
+def _wrote(ctx: Context, runner_id: str, result: ManagedRunner | None = None) -> None:
     """Noted before and after each write: a list that started in between may not show it."""
     if ctx.cache is not None:
-        ctx.cache.note_write(runner_id)
+        ctx.cache.note_write(runner_id, result)
 
 
 def failed(res: resource.ManagedRunnerResource, ctx: Context, exc: Exception) -> Outcome:
@@ -204,7 +207,7 @@ async def _perform(
             _wrote(ctx, res.spec.runner_id)
             try:
                 created = await cloud.create(body, request_id)
-                _wrote(ctx, res.spec.runner_id)
+                _wrote(ctx, res.spec.runner_id, created)
             except errors.AlreadyExists as exc:
                 return await _create_conflict(res, cloud, ctx, observed, exc)
             extra.update(runnerId=res.spec.runner_id, adopted=False)
@@ -237,7 +240,7 @@ async def _perform(
         case planning.Update(change):
             _wrote(ctx, res.spec.runner_id)
             updated = await cloud.update(res.spec.runner_id, change.body, change.mask, etag=change.etag)
-            _wrote(ctx, res.spec.runner_id)
+            _wrote(ctx, res.spec.runner_id, updated)
             drift = res.status.get("observedGeneration") == res.generation
             mask = ",".join(change.mask)
             if drift:

@@ -36,6 +36,7 @@ class RunnerCache:
     _snapshot: dict[str, ManagedRunner] = field(default_factory=dict)
     _taken: float = float("-inf")
     _written: dict[str, float] = field(default_factory=dict)
+    _results: dict[str, tuple[float, ManagedRunner]] = field(default_factory=dict)
     _refresh: asyncio.Task[None] | None = None
 
     async def find(
@@ -51,6 +52,15 @@ class RunnerCache:
         if self.clock() - self._taken > max_age:
             await self._refreshed()
         if self._stale_for(runner_id):
+            # The response of our own write is the freshest view, as long as nothing wrote since.
+            result = self._results.get(runner_id)
+            if (
+                result is not None
+                and result[0] >= self._written[runner_id]
+                and self.clock() - result[0] <= max_age
+            ):
+                self.stats.hits += 1
+                return result[1]
             return await self._get(runner_id)
         found = self._snapshot.get(runner_id)
         if found is None and not trust_absence:
@@ -62,9 +72,14 @@ class RunnerCache:
         written = self._written.get(runner_id)
         return written is not None and written >= self._taken
 
-    def note_write(self, runner_id: str) -> None:
-        """This process just changed the runner: the current snapshot is stale for it."""
-        self._written[runner_id] = self.clock()
+    def note_write(self, runner_id: str, result: ManagedRunner | None = None) -> None:
+        """This process just changed the runner: the snapshot is stale for it; `result` is the response."""
+        now = self.clock()
+        self._written[runner_id] = now
+        if result is None:
+            self._results.pop(runner_id, None)
+        else:
+            self._results[runner_id] = (now, result)
 
     async def _get(self, runner_id: str) -> ManagedRunner | None:
         self.stats.direct_gets += 1
@@ -88,3 +103,4 @@ class RunnerCache:
         self._taken = started
         # Writes older than the snapshot's start are reflected in it; forget them.
         self._written = {k: t for k, t in self._written.items() if t >= started}
+        self._results = {k: r for k, r in self._results.items() if k in self._written}
