@@ -58,6 +58,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # run the finally blocks: no leftovers
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     cluster = LocalCluster(work / "cluster").start()
     runs = []
@@ -220,7 +221,7 @@ def bench_size(n: int, args: argparse.Namespace, cluster: LocalCluster, work: Pa
                     "policy": {"constraints": {"lifecycle": {"defaultLifetimeSeconds": 3600}}},
                 },
             }
-            created = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+            created = _create(custom, ns, body)
             applied[name] = (time.time(), created["metadata"]["uid"])
         t_applied = time.time()
         first_ready: dict[str, float] = {}
@@ -323,6 +324,24 @@ def bench_size(n: int, args: argparse.Namespace, cluster: LocalCluster, work: Pa
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(30)
     return run
+
+
+def _create(custom: client.CustomObjectsApi, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Create one object, riding out the 5xx a saturated test API server answers (a 504 may still create)."""
+    for attempt in range(6):
+        try:
+            created: dict[str, Any] = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+            return created
+        except client.ApiException as exc:
+            if exc.status == 409:
+                found: dict[str, Any] = custom.get_namespaced_custom_object(
+                    GROUP, VERSION, ns, PLURAL, body["metadata"]["name"]
+                )
+                return found
+            if exc.status is None or exc.status < 500 or attempt == 5:
+                raise
+            time.sleep(2**attempt)
+    raise AssertionError("unreachable")
 
 
 def _query(entry: dict[str, Any]) -> dict[str, list[str]]:
