@@ -69,15 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         kubectl = [str(BIN_DIR / "kubectl"), "--kubeconfig", str(kubeconfig)]
         step("installing the ManagedRunner CRD")
         run([*kubectl, "apply", "--server-side", "-f", str(CRD)])
-        run(
-            [
-                *kubectl,
-                "wait",
-                "--for=condition=Established",
-                "crd/managedrunners.sandbox.coreweave.com",
-                "--timeout=60s",
-            ]
-        )
+        established(kubectl)
 
         example = list(yaml.safe_load_all(EXAMPLE.read_text()))
         runner = next(doc for doc in example if doc and doc.get("kind") == "ManagedRunner")
@@ -146,6 +138,27 @@ def _secrets_needed(runner: dict[str, object]) -> list[dict[str, object]]:
         if secret_ref:
             secrets.setdefault(secret_ref["name"], {})[secret_ref["key"]] = f"demo-{secret_ref['key']}"
     return [{"name": name, "data": data} for name, data in secrets.items()]
+
+
+def established(kubectl: list[str], timeout: float = 60) -> None:
+    """Wait for the CRD: `kubectl wait` errors out (not waits) while the new CRD has no conditions yet."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = subprocess.run(
+            [
+                *kubectl,
+                "wait",
+                "--for=condition=Established",
+                "crd/managedrunners.sandbox.coreweave.com",
+                "--timeout=5s",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode == 0:
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"the ManagedRunner CRD was not Established after {timeout:.0f}s")
 
 
 def watch(kubectl: list[str], namespace: str, name: str, timeout: float) -> bool:
