@@ -100,7 +100,7 @@ class Credentials:
 
     def client(self, token: SecretStr) -> CloudClient:
         """The shared client for this token (its request budget is shared by every runner using it)."""
-        key = hashlib.sha256(token.get_secret_value().encode()).hexdigest()
+        key = _key(token)
         found = self._clients.get(key)
         if found is None:
             endpoint = self.settings.api_endpoint
@@ -122,7 +122,7 @@ class Credentials:
 
     def cache(self, token: SecretStr) -> RunnerCache:
         """The batched-read cache shared by every runner using this token."""
-        key = hashlib.sha256(token.get_secret_value().encode()).hexdigest()
+        key = _key(token)
         found = self._caches.get(key)
         if found is None:
             found = self._caches[key] = RunnerCache(self.client(token))
@@ -166,3 +166,8 @@ class Credentials:
                 f"credentials Secret {namespace}/{name} has no (non-empty) key {key!r}",
             )
         return SecretStr(str(data[key]).strip())
+
+
+def _key(token: SecretStr) -> str:
+    """A token's identity for the per-credential client and cache maps (never the token itself)."""
+    return hashlib.sha256(token.get_secret_value().encode()).hexdigest()

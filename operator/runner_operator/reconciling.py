@@ -209,7 +209,7 @@ async def _perform(
                 created = await cloud.create(body, request_id)
                 _wrote(ctx, res.spec.runner_id, created)
             except errors.AlreadyExists as exc:
-                return await _create_conflict(res, cloud, ctx, observed, exc)
+                return await _create_conflict(res, cloud, ctx, facts, exc)
             extra.update(runnerId=res.spec.runner_id, adopted=False)
             if res.deleting:
                 # The replay proved the runner is ours; the next pass deletes it.
@@ -354,18 +354,18 @@ async def _create_conflict(
     res: resource.ManagedRunnerResource,
     cloud: CloudClient,
     ctx: Context,
-    observed: ManagedRunner | None,
+    facts: planning.Facts,
     exc: errors.AlreadyExists,
 ) -> Outcome:
     """ALREADY_EXISTS on create: the runner ID is someone else's, or the cluster already has a runner."""
-    if observed is not None:
+    if facts.observed is not None:
         # Our key did not create it: forget the key so later passes adopt or report without calls.
         conflict = planning.Conflict(
             "RunnerIdTaken",
             f"a runner with ID {res.spec.runner_id!r} already exists and was not created by this resource; "
             "set spec.adopt: true to manage it, or choose another runnerId",
         )
-        outcome = await _perform(res, cloud, ctx, _facts_without_key(res, ctx, observed), conflict)
+        outcome = await _perform(res, cloud, ctx, facts, conflict)
         outcome.status["createRequestId"] = None
         return outcome
     holder = None
@@ -382,15 +382,9 @@ async def _create_conflict(
         res,
         cloud,
         ctx,
-        _facts_without_key(res, ctx, None),
+        facts,
         planning.Conflict("ClusterTaken", message + f" [{exc.code}]"),
     )
-
-
-def _facts_without_key(
-    res: resource.ManagedRunnerResource, ctx: Context, observed: ManagedRunner | None
-) -> planning.Facts:
-    return planning.Facts(desired=desired_runner(res.spec, ctx.secrets), observed=observed)
 
 
 def _observed(
