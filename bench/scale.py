@@ -56,6 +56,12 @@ def main() -> int:
     parser.add_argument("--steady-window", type=float, default=120.0)
     parser.add_argument("--resync", type=float, default=60.0, help="operator resync interval for the bench")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--memprobe",
+        type=Path,
+        default=None,
+        help="run the operator under bench.memprobe; memory reports go to this directory",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # run the finally blocks: no leftovers
@@ -144,24 +150,49 @@ def start_simulator(args: argparse.Namespace, work: Path, quota: bool) -> tuple[
 def start_operator(
     cluster: LocalCluster, ns: str, url: str, args: argparse.Namespace, work: Path
 ) -> subprocess.Popen[bytes]:
+    port = free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(cluster.kubeconfig),
-        "PYTHONPATH": str(ROOT / "operator"),
+        "PYTHONPATH": f"{ROOT / 'operator'}{os.pathsep}{ROOT}",
         "RUNNER_OPERATOR_API_ENDPOINT": url,
         "COREWEAVE_API_TOKEN": TOKEN,
         "RUNNER_OPERATOR_REQUESTS_PER_SECOND": str(args.api_rps),
         "RUNNER_OPERATOR_REQUEST_BURST": str(int(args.api_rps)),
         "RUNNER_OPERATOR_RESYNC_INTERVAL": str(args.resync),
-        "RUNNER_OPERATOR_METRICS_PORT": "0",
+        "RUNNER_OPERATOR_METRICS_PORT": str(port),
     }
-    return subprocess.Popen(
-        [sys.executable, "-m", "runner_operator.cli", "run", "-n", ns],
+    launcher = ["-m", "runner_operator.cli"]
+    if args.memprobe:
+        args.memprobe.mkdir(parents=True, exist_ok=True)
+        launcher = ["-m", "bench.memprobe", str(args.memprobe / f"{ns}-{uuid.uuid4().hex[:4]}")]
+    proc = subprocess.Popen(
+        [sys.executable, *launcher, "run", "-n", ns],
         cwd=ROOT,
         env=env,
         stdout=(work / f"operator-{ns}-{uuid.uuid4().hex[:4]}.log").open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
+    )
+    METRICS_PORTS[proc.pid] = port
+    return proc
+
+
+METRICS_PORTS: dict[int, int] = {}
+
+
+def objects_passed(pid: int) -> int:
+    """How many objects the operator has reconciled at least once (its runners gauge), 0 if not up yet."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{METRICS_PORTS[pid]}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return 0
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("runner_operator_runners{")
+        )
     )
 
 
@@ -185,6 +216,14 @@ def proc_usage(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return rss, cpu
+
+
+def peak_rss(pid: int) -> float:
+    """The process's high-water mark of RSS in MB (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def ready_count(custom: client.CustomObjectsApi, ns: str) -> tuple[int, dict[str, float]]:
@@ -225,13 +264,19 @@ def bench_size(n: int, args: argparse.Namespace, cluster: LocalCluster, work: Pa
             applied[name] = (time.time(), created["metadata"]["uid"])
         t_applied = time.time()
         first_ready: dict[str, float] = {}
+        probed = time.time()
         while len(first_ready) < n and time.time() - t0 < 60 * 30:
+            if args.memprobe and time.time() - probed >= 30:
+                op.send_signal(signal.SIGUSR1)
+                probed = time.time()
             _, ready = ready_count(custom, ns)
             for name, at in ready.items():
                 first_ready.setdefault(name, at)
             time.sleep(1.0)
         t_ready = time.time()
         rss, cpu = proc_usage(op.pid)
+        if args.memprobe:
+            op.send_signal(signal.SIGUSR1)
         log = requests(url)
         # The last create cannot be sent before N requests at the budget, then it still installs.
         lower = n / args.api_rps + args.install_seconds
@@ -273,6 +318,7 @@ def bench_size(n: int, args: argparse.Namespace, cluster: LocalCluster, work: Pa
                 "calls_by_endpoint_creation": dict(by_endpoint),
                 "http_429_during_creation": sum(1 for e in log if e["status"] == 429),
                 "operator_rss_mb_after_ready": round(rss, 1),
+                "operator_rss_mb_peak_creation": round(peak_rss(op.pid), 1),
                 "operator_cpu_seconds_creation": round(cpu, 1),
             }
         )
@@ -297,33 +343,52 @@ def bench_size(n: int, args: argparse.Namespace, cluster: LocalCluster, work: Pa
             }
         )
         # Restart with N Ready runners.
-        os.killpg(op.pid, signal.SIGTERM)
-        op.wait(30)
+        stop(op)
         httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
         t_restart = time.time()
         op = start_operator(cluster, ns, url, args, work)
         settle = args.resync + 30
-        time.sleep(settle)
+        resynced_after = None
+        while time.time() - t_restart < settle:
+            if resynced_after is None and objects_passed(op.pid) >= n:
+                resynced_after = time.time() - t_restart
+            time.sleep(1.0)
+        if args.memprobe:
+            op.send_signal(signal.SIGUSR1)
         log = requests(url)
         per_second = Counter(int(e["at"] - t_restart) for e in log)
-        observed = _observed_since(custom, ns, t_restart)
+        observed = objects_passed(op.pid)
         run.figures.update(
             {
                 "restart_window_seconds": settle,
                 "restart_calls": len(log),
                 "restart_writes": sum(1 for e in log if e["method"] != "GET"),
                 "restart_peak_requests_per_second": max(per_second.values()) if per_second else 0,
-                "restart_runners_observed_in_window": observed,
+                "restart_objects_passed_in_window": observed,
+                "restart_seconds_until_every_object_passed": round(resynced_after, 1)
+                if resynced_after is not None
+                else None,
                 "restart_http_429": sum(1 for e in log if e["status"] == 429),
                 "operator_rss_mb_after_restart": round(proc_usage(op.pid)[0], 1),
+                "operator_rss_mb_peak_after_restart": round(peak_rss(op.pid), 1),
             }
         )
     finally:
         for proc in (op, sim):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(30)
+            stop(proc)
     return run
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group, SIGKILL it if it has not exited within a minute."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
 
 
 def _create(custom: client.CustomObjectsApi, ns: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -348,16 +413,6 @@ def _query(entry: dict[str, Any]) -> dict[str, list[str]]:
     from urllib.parse import parse_qs
 
     return parse_qs(entry.get("query", ""))
-
-
-def _observed_since(custom: client.CustomObjectsApi, ns: str, since: float) -> int:
-    items = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
-    count = 0
-    for item in items:
-        stamp = item.get("status", {}).get("lastObservedTime")
-        if stamp and time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone >= since - 1:
-            count += 1
-    return count
 
 
 def render(runs: list[Run], args: argparse.Namespace) -> str:

@@ -141,6 +141,7 @@ def _run(args: argparse.Namespace) -> int:
         namespaces=args.namespace or (),
         clusterwide=not args.namespace,
         liveness_endpoint=args.liveness,
+        memo=kopf.Memo(watched_namespaces=len(args.namespace)),
     )
     return 0
 

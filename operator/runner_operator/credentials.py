@@ -72,6 +72,7 @@ class Credentials:
     observer: Observer | None = None
     _clients: dict[str, CloudClient] = field(default_factory=dict)
     _caches: dict[str, RunnerCache] = field(default_factory=dict)
+    _slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
 
     async def resolve(self, res: resource.ManagedRunnerResource) -> Resolved:
         """The token for this resource and the values of every Secret its env references."""
@@ -126,6 +127,14 @@ class Credentials:
         found = self._caches.get(key)
         if found is None:
             found = self._caches[key] = RunnerCache(self.client(token))
+        return found
+
+    def slots(self, token: SecretStr) -> asyncio.Semaphore:
+        """Turns for passes using this token: a FIFO wait here instead of a long request queue."""
+        key = _key(token)
+        found = self._slots.get(key)
+        if found is None:
+            found = self._slots[key] = asyncio.Semaphore(self.settings.passes_per_credential)
         return found
 
     def budget_stats(self) -> list[tuple[int, float, int]]:

@@ -480,7 +480,32 @@ def _status(
         status["plan"] = None
     if extra:
         status.update(extra)
+    _keep_recent_stamp(status, res.status, now)
     return status
+
+
+STAMP_REFRESH = timedelta(seconds=30)
+"""How stale `lastObservedTime` may get while reads find nothing new (see `_keep_recent_stamp`)."""
+
+
+def _keep_recent_stamp(status: dict[str, Any], previous: Mapping[str, Any], now: datetime) -> None:
+    """Keep the previous observation stamp while nothing else changed and it is recent.
+
+    A new stamp on every 2 s poll would make every in-flight object a status write, a new
+    resourceVersion and a watch event each time; at thousands of objects that load lands on the
+    API server and on every watcher. With this, an unchanged observation costs no write at all.
+    """
+    before = previous.get("lastObservedTime")
+    if "lastObservedTime" not in status or not isinstance(before, str):
+        return
+    try:
+        age = now - datetime.fromisoformat(before.replace("Z", "+00:00"))
+    except ValueError:
+        return
+    if timedelta(0) <= age < STAMP_REFRESH and all(
+        value == previous.get(key) for key, value in status.items() if key != "lastObservedTime"
+    ):
+        status["lastObservedTime"] = before
 
 
 def _would(facts: planning.Facts) -> dict[str, Any]:

@@ -92,12 +92,20 @@ class RunnerCache:
         await asyncio.shield(self._refresh)
 
     async def _list(self) -> None:
-        started = self.clock()
+        # The snapshot is as recent as its first page's request (the one that got an answer), not as
+        # the wait for the request budget before it: writes answered before that are reflected.
+        sent: list[float] = []
+        started: float | None = None
         snapshot: dict[str, ManagedRunner] = {}
         self.stats.lists += 1
-        async for runner in self.client.iter_runners(page_size=PAGE_SIZE):
+        pages = self.client.iter_runners(page_size=PAGE_SIZE, on_send=lambda: sent.append(self.clock()))
+        async for runner in pages:
+            if started is None:
+                started = sent[-1]
             if runner.runner_id:
                 snapshot[runner.runner_id] = runner
+        if started is None:  # nothing listed: the earliest send is the safe bound
+            started = sent[0] if sent else self.clock()
         self.stats.pages += max(1, -(-len(snapshot) // PAGE_SIZE))
         self._snapshot = snapshot
         self._taken = started

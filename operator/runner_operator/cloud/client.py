@@ -103,14 +103,20 @@ class CloudClient:
         except errors.NotFound:
             return None
 
-    async def iter_runners(self, page_size: int | None = None) -> AsyncIterator[models.ManagedRunner]:
-        """Every runner of the organisation, page by page."""
+    async def iter_runners(
+        self, page_size: int | None = None, on_send: Callable[[], None] | None = None
+    ) -> AsyncIterator[models.ManagedRunner]:
+        """Every runner of the organisation, page by page.
+
+        `on_send` is called as each page request leaves (after any wait for the request budget):
+        the server's view is at least that recent, which a cache needs to know.
+        """
         params: dict[str, str] = {}
         if page_size:
             params["pageSize"] = str(page_size)
         seen: set[str] = set()
         while True:
-            data = await self._call("GET", COLLECTION, params=params)
+            data = await self._call("GET", COLLECTION, params=params, on_send=on_send)
             items = data.get("managedRunners", data.get("runners")) or []
             if not isinstance(items, list):
                 raise errors.IncompatibleServer("list response has no array of runners")
@@ -173,6 +179,7 @@ class CloudClient:
         params: Mapping[str, str] | None = None,
         json: Any = None,
         policy_update: bool = False,
+        on_send: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
         deadline: float | None = None
         attempt = 0
@@ -186,6 +193,8 @@ class CloudClient:
                 raise errors.RateLimited("local request budget exhausted", retry_after=exc.wait) from None
             if deadline is None:
                 deadline = self._clock() + self._retry.budget
+            if on_send is not None:
+                on_send()
             outcome = await self._attempt(method, path, params, json, policy_update)
             if isinstance(outcome, dict):
                 return outcome

@@ -130,3 +130,29 @@ async def test_a_written_runner_is_served_from_the_next_list_again(
     await cache.find(ids[0], max_age=5)
     assert calls(server, "list") == 1
     assert calls(server, "get") == 1, "a list taken after the write serves the runner again"
+
+
+async def test_a_list_is_as_recent_as_its_request_not_its_wait_in_the_queue(
+    server: RunningServer, cloud: CloudClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes answered while the list waited for the request budget are in it: no extra GET for them."""
+    ids = await seed(cloud, 3)
+    clock = Clock()
+    cache = RunnerCache(cloud, clock=clock)
+    queue = cloud.budget.acquire
+
+    async def slow_turn(*args: object, **kwargs: object) -> None:
+        clock.now += 5
+        cache.note_write(ids[0])  # answered while the list was still queued
+        clock.now += 5
+        await queue(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cloud.budget, "acquire", slow_turn)
+    await cache.find(ids[1], max_age=30)
+    monkeypatch.undo()
+    cache.note_write(ids[2])  # answered after the list left: must be read again
+    server.simulator.log.clear()
+    assert (await cache.find(ids[0], max_age=30)) is not None
+    assert calls(server, "get") == 0
+    assert (await cache.find(ids[2], max_age=30)) is not None
+    assert calls(server, "get") == 1

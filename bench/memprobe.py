@@ -1,0 +1,46 @@
+"""Run the operator CLI with a memory probe: SIGUSR1 writes where the live Python memory is.
+
+    python -m bench.memprobe OUT_PREFIX run -n NAMESPACE
+
+Each SIGUSR1 writes OUT_PREFIX-<k>.txt: the top allocation sites (tracemalloc, 3 frames) and the
+most numerous live object types. A diagnostic for the scale benchmark, not part of the product.
+"""
+
+from __future__ import annotations
+
+import gc
+import runpy
+import signal
+import sys
+import tracemalloc
+from collections import Counter
+from types import FrameType
+
+
+def main() -> None:
+    prefix = sys.argv[1]
+    sys.argv = ["runner_operator.cli", *sys.argv[2:]]
+    tracemalloc.start(3)
+    taken = 0
+
+    def dump(_signum: int, _frame: FrameType | None) -> None:
+        nonlocal taken
+        taken += 1
+        snapshot = tracemalloc.take_snapshot()
+        current, peak = tracemalloc.get_traced_memory()
+        lines = [f"traced now {current / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB", ""]
+        for stat in snapshot.statistics("traceback")[:25]:
+            lines.append(f"{stat.size / 2**20:8.1f} MiB {stat.count:9d} blocks")
+            lines.extend(f"        {line}" for line in stat.traceback.format()[-6:])
+        lines.append("")
+        types = Counter(type(o).__name__ for o in gc.get_objects())
+        lines.extend(f"{count:9d} {name}" for name, count in types.most_common(30))
+        with open(f"{prefix}-{taken}.txt", "w") as out:
+            out.write("\n".join(lines) + "\n")
+
+    signal.signal(signal.SIGUSR1, dump)
+    runpy.run_module("runner_operator.cli", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
