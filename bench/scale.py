@@ -43,6 +43,7 @@ GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
 class Run:
     n: int
     figures: dict[str, Any] = field(default_factory=dict)
+    label: str = "current tree"
 
 
 def main() -> int:
@@ -56,6 +57,12 @@ def main() -> int:
     parser.add_argument("--steady-window", type=float, default=120.0)
     parser.add_argument("--resync", type=float, default=60.0, help="operator resync interval for the bench")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="git revision whose operator runs first, at --baseline-sizes (before/after in one run)",
+    )
+    parser.add_argument("--baseline-sizes", default="1000")
     parser.add_argument(
         "--memprobe",
         type=Path,
@@ -71,16 +78,30 @@ def main() -> int:
     try:
         config.load_kube_config(config_file=str(cluster.kubeconfig))
         apply_crd(cluster)
-        for n in sizes:
-            runs.append(bench_size(n, args, cluster, work))
-            print(json.dumps(runs[-1].figures, indent=1), flush=True)
+        variants = [(n, ROOT, "current tree") for n in sizes]
+        if args.baseline:
+            tree = checkout(args.baseline, work / "baseline")
+            label = f"before: {args.baseline}"
+            before = [int(s) for s in args.baseline_sizes.split(",")]
+            variants = [(n, tree, label) for n in before] + variants
+        for n, root, label in variants:
+            runs.append(bench_size(n, args, cluster, work, root, label))
+            print(label, json.dumps(runs[-1].figures, indent=1), flush=True)
     finally:
         cluster.stop()
+        if args.baseline:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(work / "baseline")])
     report = render(runs, args)
     print(report)
     if args.out:
         args.out.write_text(report)
     return 0
+
+
+def checkout(revision: str, where: Path) -> Path:
+    """The operator tree at `revision` (a detached worktree), for a baseline run."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), revision], check=True)
+    return where
 
 
 def apply_crd(cluster: LocalCluster) -> None:
@@ -148,13 +169,13 @@ def start_simulator(args: argparse.Namespace, work: Path, quota: bool) -> tuple[
 
 
 def start_operator(
-    cluster: LocalCluster, ns: str, url: str, args: argparse.Namespace, work: Path
+    cluster: LocalCluster, ns: str, url: str, args: argparse.Namespace, work: Path, root: Path
 ) -> subprocess.Popen[bytes]:
     port = free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(cluster.kubeconfig),
-        "PYTHONPATH": f"{ROOT / 'operator'}{os.pathsep}{ROOT}",
+        "PYTHONPATH": f"{root / 'operator'}{os.pathsep}{ROOT}",
         "RUNNER_OPERATOR_API_ENDPOINT": url,
         "COREWEAVE_API_TOKEN": TOKEN,
         "RUNNER_OPERATOR_REQUESTS_PER_SECOND": str(args.api_rps),
@@ -163,7 +184,7 @@ def start_operator(
         "RUNNER_OPERATOR_METRICS_PORT": str(port),
     }
     launcher = ["-m", "runner_operator.cli"]
-    if args.memprobe:
+    if args.memprobe and root == ROOT:
         args.memprobe.mkdir(parents=True, exist_ok=True)
         launcher = ["-m", "bench.memprobe", str(args.memprobe / f"{ns}-{uuid.uuid4().hex[:4]}")]
     proc = subprocess.Popen(
@@ -236,13 +257,15 @@ def ready_count(custom: client.CustomObjectsApi, ns: str) -> tuple[int, dict[str
     return len(ready), ready
 
 
-def bench_size(n: int, args: argparse.Namespace, cluster: LocalCluster, work: Path) -> Run:
-    run = Run(n)
+def bench_size(
+    n: int, args: argparse.Namespace, cluster: LocalCluster, work: Path, root: Path, label: str
+) -> Run:
+    run = Run(n, label=label)
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     ns = f"bench-{n}-{uuid.uuid4().hex[:4]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     sim, url = start_simulator(args, work, quota=True)
-    op = start_operator(cluster, ns, url, args, work)
+    op = start_operator(cluster, ns, url, args, work, root)
     try:
         time.sleep(3)  # operator start-up, not part of the measurement
         applied: dict[str, tuple[float, str]] = {}
@@ -346,7 +369,7 @@ def bench_size(n: int, args: argparse.Namespace, cluster: LocalCluster, work: Pa
         stop(op)
         httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
         t_restart = time.time()
-        op = start_operator(cluster, ns, url, args, work)
+        op = start_operator(cluster, ns, url, args, work, root)
         settle = args.resync + 30
         resynced_after = None
         while time.time() - t_restart < settle:
@@ -420,15 +443,17 @@ def render(runs: list[Run], args: argparse.Namespace) -> str:
         "# Scale benchmark results",
         "",
         "Command: `.venv/bin/python -m bench.scale --sizes "
-        f"{','.join(str(r.n) for r in runs)} --install-seconds {args.install_seconds:g} "
+        f"{args.sizes} --install-seconds {args.install_seconds:g} "
         f"--latency {args.latency:g} --api-rps {args.api_rps:g} --steady-window {args.steady_window:g} "
-        f"--resync {args.resync:g}`",
+        f"--resync {args.resync:g}"
+        + (f" --baseline {args.baseline} --baseline-sizes {args.baseline_sizes}" if args.baseline else "")
+        + "`",
         "",
         f"Machine: {os.cpu_count()} cores, "
         f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB; real kube-apiserver "
         "v1.37.2 + etcd, simulator and operator on the same machine (everything shares the 2 cores).",
         "",
-        "| figure | " + " | ".join(f"N = {r.n}" for r in runs) + " |",
+        "| figure | " + " | ".join(f"N = {r.n}, {r.label}" for r in runs) + " |",
         "| --- | " + " | ".join("---" for _ in runs) + " |",
     ]
     keys = list(runs[0].figures) if runs else []

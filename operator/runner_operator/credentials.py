@@ -130,7 +130,7 @@ class Credentials:
         return found
 
     def slots(self, token: SecretStr) -> asyncio.Semaphore:
-        """Turns for passes using this token: a FIFO wait here instead of a long request queue."""
+        """Turns for creating passes using this token: a FIFO wait here instead of a long request queue."""
         key = _key(token)
         found = self._slots.get(key)
         if found is None:

@@ -9,6 +9,7 @@ explicitly with stable reasons; kopf's own log lines are not turned into Events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -190,8 +191,13 @@ async def observe(
 ) -> None:
     """Level-triggered observation: fast while in flight, slower when degraded, slow and jittered when steady.
 
-    Never raises PermanentError: that would stop this timer for good.
+    Never raises PermanentError: that would stop this timer for good. A tick that finds a pass
+    for this object already running or waiting for its turn skips: that pass observes anyway, and
+    thousands of ticks queued behind creates would each hold a coroutine stack for minutes.
     """
+    lock = memo.locks.get(str(body.get("metadata", {}).get("uid")))
+    if lock is not None and lock.locked():
+        return
     outcome = await _pass(body, patch, memo, runner_claims, _freshness(body))
     if outcome is not None and outcome.retry_after:
         raise kopf.TemporaryError(_message(outcome), delay=outcome.retry_after)
@@ -256,7 +262,10 @@ async def _pass(
         except CredentialsProblem as exc:
             outcome = reconciling.failed(res, ctx, exc)
         else:
-            async with credentials.slots(resolved.token):
+            # Only the creation backlog takes turns: a pass for a bound runner mostly reads the shared
+            # list, and queueing it behind hundreds of creates would hide installs finishing meanwhile.
+            creating = not res.status.get("runnerId") and uid not in memo.bound
+            async with credentials.slots(resolved.token) if creating else contextlib.nullcontext():
                 ctx = dataclasses.replace(
                     ctx,
                     now=datetime.datetime.now(datetime.UTC),  # the turn may have taken a while

@@ -28,8 +28,8 @@ class Settings(BaseModel):
     retry_budget: float = Field(default=10.0, ge=0)
     requests_per_second: float = Field(default=10.0, gt=0)
     request_burst: int = Field(default=20, ge=1)
-    # Passes talking to the API at once per credential; the rest wait their turn in order, so the
-    # request queue stays short and a list that serves every runner is not stuck behind it.
+    # Creating passes talking to the API at once per credential; the rest wait their turn in order,
+    # so the request queue stays short and a list that serves every runner is not stuck behind it.
     passes_per_credential: int = Field(default=20, ge=1)
     # Connections to the Kubernetes API for requests (watch streams get theirs on top).
     kube_connections: int = Field(default=32, ge=4)
