@@ -370,10 +370,13 @@ def bench_size(
         httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
         t_restart = time.time()
         op = start_operator(cluster, ns, url, args, work, root)
-        settle = args.resync + 30
+        settle = args.resync + 60
         resynced_after = None
+        timeline: dict[int, int] = {}
         while time.time() - t_restart < settle:
-            if resynced_after is None and objects_passed(op.pid) >= n:
+            passed = objects_passed(op.pid)
+            timeline.setdefault(int(time.time() - t_restart) // 15 * 15, passed)
+            if resynced_after is None and passed >= n:
                 resynced_after = time.time() - t_restart
             time.sleep(1.0)
         if args.memprobe:
@@ -391,6 +394,7 @@ def bench_size(
                 "restart_seconds_until_every_object_passed": round(resynced_after, 1)
                 if resynced_after is not None
                 else None,
+                "restart_objects_passed_by_second": {str(k): v for k, v in sorted(timeline.items())},
                 "restart_http_429": sum(1 for e in log if e["status"] == 429),
                 "operator_rss_mb_after_restart": round(proc_usage(op.pid)[0], 1),
                 "operator_rss_mb_peak_after_restart": round(peak_rss(op.pid), 1),

@@ -113,17 +113,44 @@ async def _serve_metrics(registry: metrics.Registry, port: int) -> web.AppRunner
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def runner_claims(
-    spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, namespace: str | None, name: str, **_: Any
+async def runner_claims(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    meta: kopf.Meta,
+    namespace: str | None,
+    name: str,
+    **_: Any,
 ) -> dict[str, Any]:
-    """runnerId -> (holds it?, created, namespace/name, uid) per ManagedRunner; the smallest claim wins."""
+    """runnerId -> (holds it?, created, namespace/name, uid) per ManagedRunner; the smallest claim wins.
+
+    Indexing sees every event first, so it is also where kopf's copy of the object is slimmed.
+    Async on purpose: kopf runs a sync handler in a thread pool, a hop per event per object.
+    """
+    drop_managed_fields(body)
     runner_id = str(spec.get("runnerId"))
     holds = 0 if status.get("runnerId") == runner_id else 1
     created = str(meta.get("creationTimestamp") or "")
     return {runner_id: (holds, created, f"{namespace}/{name}", str(meta.get("uid")))}
 
 
-@kopf.on.create(GROUP, VERSION, PLURAL)
+def drop_managed_fields(body: kopf.Body) -> bool:
+    """Forget `metadata.managedFields` in the body kopf keeps in memory for each object's timers.
+
+    They are over half of the parsed JSON objects of a ManagedRunner, and nothing here reads them:
+    kopf patches with merge patches, not server-side apply. kopf's Body is a read-only view, so
+    this reaches the dict beneath it; should kopf change that, nothing is dropped (and the unit
+    test of this function fails). Returns whether the dict beneath was reached.
+    """
+    raw = getattr(body, "_src", None)
+    if not isinstance(raw, dict):
+        return False
+    metadata = raw.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+    return True
+
+
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 async def reconcile(
     body: kopf.Body,
@@ -132,7 +159,12 @@ async def reconcile(
     runner_claims: kopf.Index[str, Any] | None = None,
     **_: Any,
 ) -> None:
-    """React to a new or changed spec at once; timers take over the waiting."""
+    """React to a changed spec at once; timers take over the waiting.
+
+    A new object needs no create handler: its "poll" timer starts as soon as kopf sees it and
+    ticks at once. Creating from the timer alone means a creation backlog of thousands waits as
+    one timer invocation per object, not also a kopf worker and handler invocation each.
+    """
     outcome = await _pass(body, patch, memo, runner_claims, CONFIG.fast_interval)
     if outcome is None:
         return
