@@ -228,23 +228,24 @@ def requests(url: str) -> list[dict[str, Any]]:
     return entries
 
 
+def _status_mb(pid: int, field: str) -> float:
+    """A memory figure of /proc/<pid>/status (VmRSS, VmHWM) in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def proc_usage(pid: int) -> tuple[float, float]:
     """(RSS in MB, CPU seconds) of a process."""
-    rss = 0.0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) / 1024
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return rss, cpu
+    return _status_mb(pid, "VmRSS"), cpu
 
 
 def peak_rss(pid: int) -> float:
-    """The process's high-water mark of RSS in MB (VmHWM)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    """The process's high-water mark of RSS in MB."""
+    return _status_mb(pid, "VmHWM")
 
 
 def ready_count(custom: client.CustomObjectsApi, ns: str) -> tuple[int, dict[str, float]]:
