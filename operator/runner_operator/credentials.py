@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import hmac
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -25,7 +27,26 @@ from runner_operator.settings import Settings
 
 SecretGetter = Callable[[str, str], Mapping[str, str] | None]
 """(namespace, name) -> decoded Secret data, or None when the Secret does not exist."""
+SecretGuard = Callable[[str, str, bool], None]
+"""(namespace, name, in use) -> add or remove IN_USE_FINALIZER on that Secret (idempotent)."""
 Reader = Callable[[str, str], Awaitable[Mapping[str, str] | None]]
+
+IN_USE_FINALIZER = "sandbox.coreweave.com/credentials-in-use"
+"""Kept on a credentials Secret while a ManagedRunner may need it to decommission its runner.
+
+Deleting a namespace (or an Argo CD application) deletes the Secret and the ManagedRunner together;
+without this, the token would be gone before the finalizer could reach the API, and the only way
+out would be removing the finalizer by hand, leaking the runner. Crossplane protects in-use
+ProviderConfigs the same way.
+"""
+
+log = logging.getLogger(__name__)
+
+
+def fingerprint(token: SecretStr, salt: str) -> str:
+    """Which credential saw a runner, recordable in status: a salted HMAC, never the token itself."""
+    digest = hmac.new(salt.encode(), token.get_secret_value().encode(), hashlib.sha256)
+    return digest.hexdigest()[:32]
 
 
 def kubernetes_secret_getter() -> SecretGetter:
@@ -57,10 +78,51 @@ def kubernetes_secret_getter() -> SecretGetter:
     return get
 
 
+def kubernetes_secret_guard() -> SecretGuard:
+    """Adds or removes IN_USE_FINALIZER with a strategic merge patch (no read-modify-write race)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api()
+
+    def guard(namespace: str, name: str, in_use: bool) -> None:
+        metadata: dict[str, object] = (
+            {"finalizers": [IN_USE_FINALIZER]}
+            if in_use
+            else {"$deleteFromPrimitiveList/finalizers": [IN_USE_FINALIZER]}
+        )
+        try:
+            core.patch_namespaced_secret(
+                name,
+                namespace,
+                {"metadata": metadata},
+                _content_type="application/strategic-merge-patch+json",
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return  # gone already: nothing to protect or release
+            if exc.status == 422 and in_use:
+                # A Secret already being deleted takes no new finalizer; it stays readable meanwhile.
+                log.warning("Secret %s/%s is being deleted: it cannot be protected", namespace, name)
+                return
+            if exc.status == 403:
+                raise CredentialsProblem(
+                    "SecretAccessDenied",
+                    f"the operator may not patch Secret {namespace}/{name} (403) to protect it while in use: "
+                    "grant patch on secrets",
+                ) from None
+            raise CredentialsProblem(
+                "SecretReadFailed", f"protecting Secret {namespace}/{name} failed: HTTP {exc.status}"
+            ) from None
+
+    return guard
+
+
 @dataclass
 class Resolved:
     token: SecretStr
     env: dict[tuple[str, str], str]
+    secret: str | None = None
+    """the resource's own credentials Secret (same namespace), when it names one."""
 
 
 @dataclass
@@ -70,12 +132,31 @@ class Credentials:
     settings: Settings
     getter: SecretGetter
     observer: Observer | None = None
+    guard: SecretGuard | None = None
     _clients: dict[str, CloudClient] = field(default_factory=dict)
     _caches: dict[str, RunnerCache] = field(default_factory=dict)
     _slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+    _protected: set[tuple[str, str]] = field(default_factory=set)
 
-    async def resolve(self, res: resource.ManagedRunnerResource) -> Resolved:
-        """The token for this resource and the values of every Secret its env references."""
+    async def protect(self, namespace: str, name: str) -> None:
+        """Keep IN_USE_FINALIZER on this credentials Secret (one patch per Secret per process)."""
+        if self.guard is None or (namespace, name) in self._protected:
+            return
+        await asyncio.to_thread(self.guard, namespace, name, True)
+        self._protected.add((namespace, name))
+
+    async def unprotect(self, namespace: str, name: str) -> None:
+        """Drop IN_USE_FINALIZER: no ManagedRunner needs this Secret any more."""
+        if self.guard is None:
+            return
+        await asyncio.to_thread(self.guard, namespace, name, False)
+        self._protected.discard((namespace, name))
+
+    async def resolve(self, res: resource.ManagedRunnerResource, *, env: bool = True) -> Resolved:
+        """The token for this resource and, with `env`, the values of every Secret its env references.
+
+        Deleting needs the token only: env Secrets may already be gone with the namespace.
+        """
         cache: dict[str, Mapping[str, str] | None] = {}
 
         async def read(namespace: str, name: str) -> Mapping[str, str] | None:
@@ -85,8 +166,8 @@ class Credentials:
             return cache[key]
 
         token = await self._token(res, read)
-        env: dict[tuple[str, str], str] = {}
-        for ref in res.env_secret_refs():
+        values: dict[tuple[str, str], str] = {}
+        for ref in res.env_secret_refs() if env else ():
             data = await read(res.namespace, ref.name)
             if data is None:
                 raise CredentialsProblem(
@@ -96,8 +177,9 @@ class Credentials:
                 raise CredentialsProblem(
                     "SecretKeyMissing", f"Secret {res.namespace}/{ref.name} has no key {ref.key!r}"
                 )
-            env[(ref.name, ref.key)] = data[ref.key]
-        return Resolved(token=token, env=env)
+            values[(ref.name, ref.key)] = data[ref.key]
+        own = res.spec.credentials.secret_ref.name if res.spec.credentials else None
+        return Resolved(token=token, env=values, secret=own)
 
     def client(self, token: SecretStr) -> CloudClient:
         """The shared client for this token (its request budget is shared by every runner using it)."""

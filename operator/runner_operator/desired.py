@@ -32,8 +32,14 @@ class MissingSecretValue(KeyError):
     """An env entry references a Secret key that was not resolved."""
 
 
-def desired_runner(spec: resource.ManagedRunnerSpec, secrets: SecretValues | None = None) -> ManagedRunner:
-    """The API body for this spec, zone lower-cased as the API stores it."""
+def desired_runner(
+    spec: resource.ManagedRunnerSpec, secrets: SecretValues | None = None, *, lenient: bool = False
+) -> ManagedRunner:
+    """The API body for this spec, zone lower-cased as the API stores it.
+
+    `lenient` leaves unresolved Secret values empty: deletion needs only the identity, and env Secrets
+    may be gone with the namespace by then.
+    """
     # exclude_unset: send what the user wrote, not model defaults (empty lists would look like changes).
     raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
     identity = {
@@ -48,7 +54,7 @@ def desired_runner(spec: resource.ManagedRunnerSpec, secrets: SecretValues | Non
         body["displayName"] = spec.display_name
     runner_spec = {name: raw[name] for name in RUNNER_SPEC_FIELDS if name in raw}
     if spec.overrides is not None:
-        runner_spec["overrides"] = _overrides(raw["overrides"], spec.overrides, secrets or {})
+        runner_spec["overrides"] = _overrides(raw["overrides"], spec.overrides, secrets or {}, lenient)
     if spec.data_plane is not None and spec.data_plane.disabled:
         runner_spec["dataPlane"] = {"disabled": {}}
     if runner_spec:
@@ -56,7 +62,9 @@ def desired_runner(spec: resource.ManagedRunnerSpec, secrets: SecretValues | Non
     return parse_runner(body)
 
 
-def _overrides(raw: dict[str, Any], overrides: resource.Overrides, secrets: SecretValues) -> dict[str, Any]:
+def _overrides(
+    raw: dict[str, Any], overrides: resource.Overrides, secrets: SecretValues, lenient: bool
+) -> dict[str, Any]:
     out = dict(raw)
     if overrides.env:
         env: dict[str, str] = {}
@@ -68,6 +76,9 @@ def _overrides(raw: dict[str, Any], overrides: resource.Overrides, secrets: Secr
             try:
                 env[var.name] = secrets[(ref.name, ref.key)]
             except KeyError:
+                if lenient:
+                    env[var.name] = ""
+                    continue
                 raise MissingSecretValue(f"env {var.name}: Secret {ref.name!r} key {ref.key!r}") from None
         out["env"] = env
     else:

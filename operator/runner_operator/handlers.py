@@ -21,8 +21,9 @@ import aiohttp
 import kopf
 from aiohttp import web
 
+from runner_operator import credentials as creds
 from runner_operator import metrics, reconciling, reporting, resource, settings
-from runner_operator.credentials import Credentials, kubernetes_secret_getter
+from runner_operator.credentials import Credentials, kubernetes_secret_getter, kubernetes_secret_guard
 from runner_operator.reconciling import CredentialsProblem, Outcome
 
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
@@ -44,7 +45,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     registry = metrics.Registry()
-    credentials = Credentials(CONFIG, kubernetes_secret_getter(), observer=registry.observe_request)
+    credentials = Credentials(
+        CONFIG,
+        kubernetes_secret_getter(),
+        observer=registry.observe_request,
+        guard=kubernetes_secret_guard(),
+    )
     registry.budget_stats = credentials.budget_stats
     memo.metrics = registry
     memo.credentials = credentials
@@ -134,6 +140,20 @@ async def runner_claims(
     return {runner_id: (holds, created, f"{namespace}/{name}", str(meta.get("uid")))}
 
 
+@kopf.index(GROUP, VERSION, PLURAL)
+async def credential_users(
+    spec: kopf.Spec, status: kopf.Status, namespace: str | None, uid: str | None, **_: Any
+) -> dict[str, Any]:
+    """namespace/Secret -> uid of each ManagedRunner that uses or protected that credentials Secret.
+
+    Read raw (not through the model) so a spec this version cannot parse still counts as a user.
+    """
+    names = {status.get("credentialsSecret")}
+    ref = (spec.get("credentials") or {}).get("secretRef") or {}
+    names.add(ref.get("name"))
+    return {f"{namespace}/{name}": str(uid) for name in names if isinstance(name, str) and name}
+
+
 def drop_managed_fields(body: kopf.Body) -> bool:
     """Forget `metadata.managedFields` in the body kopf keeps in memory for each object's timers.
 
@@ -157,6 +177,7 @@ async def reconcile(
     patch: kopf.Patch,
     memo: kopf.Memo,
     runner_claims: kopf.Index[str, Any] | None = None,
+    credential_users: kopf.Index[str, Any] | None = None,
     **_: Any,
 ) -> None:
     """React to a changed spec at once; timers take over the waiting.
@@ -165,7 +186,7 @@ async def reconcile(
     ticks at once. Creating from the timer alone means a creation backlog of thousands waits as
     one timer invocation per object, not also a kopf worker and handler invocation each.
     """
-    outcome = await _pass(body, patch, memo, runner_claims, CONFIG.fast_interval)
+    outcome = await _pass(body, patch, memo, runner_claims, credential_users, CONFIG.fast_interval)
     if outcome is None:
         return
     if outcome.terminal:
@@ -219,6 +240,7 @@ async def observe(
     patch: kopf.Patch,
     memo: kopf.Memo,
     runner_claims: kopf.Index[str, Any] | None = None,
+    credential_users: kopf.Index[str, Any] | None = None,
     **_: Any,
 ) -> None:
     """Level-triggered observation: fast while in flight, slower when degraded, slow and jittered when steady.
@@ -230,7 +252,7 @@ async def observe(
     lock = memo.locks.get(str(body.get("metadata", {}).get("uid")))
     if lock is not None and lock.locked():
         return
-    outcome = await _pass(body, patch, memo, runner_claims, _freshness(body))
+    outcome = await _pass(body, patch, memo, runner_claims, credential_users, _freshness(body))
     if outcome is not None and outcome.retry_after:
         raise kopf.TemporaryError(_message(outcome), delay=outcome.retry_after)
 
@@ -241,6 +263,7 @@ async def finalize(
     patch: kopf.Patch,
     memo: kopf.Memo,
     runner_claims: kopf.Index[str, Any] | None = None,
+    credential_users: kopf.Index[str, Any] | None = None,
     **_: Any,
 ) -> None:
     """Keep the finalizer until the API confirms the runner is gone (or it is orphaned).
@@ -248,7 +271,7 @@ async def finalize(
     Only TemporaryError leaves here: a permanent failure would make kopf drop the finalizer and
     leak the runner. Past the deadline it keeps retrying, slower, with Stalled=True.
     """
-    outcome = await _pass(body, patch, memo, runner_claims)
+    outcome = await _pass(body, patch, memo, runner_claims, credential_users)
     if outcome is not None and outcome.release:
         return
     delay = CONFIG.fast_interval
@@ -268,6 +291,7 @@ async def _pass(
     patch: kopf.Patch,
     memo: kopf.Memo,
     claims: kopf.Index[str, Any] | None,
+    users: kopf.Index[str, Any] | None,
     max_age: float = 0.0,
 ) -> Outcome | None:
     """One serialised reconcile pass for this object; the outcome is applied to `patch` and Events."""
@@ -278,9 +302,13 @@ async def _pass(
         try:
             res = resource.ManagedRunnerResource.from_body(body)
         except ValueError as exc:
-            # The CRD should have rejected it; report instead of crashing the worker.
-            _report_invalid(body, patch, exc)
-            return None
+            # The CRD should have rejected it (or a newer operator version wrote a field this one does
+            # not know). Reported once per distinct problem; deletion still works from the identity alone.
+            found = resource.ManagedRunnerResource.identity_only(body)
+            if found is None or not found.deleting:
+                _apply(body, patch, reconciling.unreadable(body, datetime.datetime.now(datetime.UTC), exc))
+                return None
+            res = found
         ctx = reconciling.Context(
             now=datetime.datetime.now(datetime.UTC),
             deletion_timeout=CONFIG.deletion_timeout,
@@ -289,22 +317,11 @@ async def _pass(
             bound_here=memo.bound.get(uid),
         )
         credentials: Credentials = memo.credentials
-        try:
-            resolved = await credentials.resolve(res)
-        except CredentialsProblem as exc:
-            outcome = reconciling.failed(res, ctx, exc)
+        if res.deleting and res.spec.deletion_policy == "Orphan":
+            outcome = reconciling.released(res, ctx, orphaned=True)  # needs no credentials at all
         else:
-            # Only the creation backlog takes turns: a pass for a bound runner mostly reads the shared
-            # list, and queueing it behind hundreds of creates would hide installs finishing meanwhile.
-            creating = not res.status.get("runnerId") and uid not in memo.bound
-            async with credentials.slots(resolved.token) if creating else contextlib.nullcontext():
-                ctx = dataclasses.replace(
-                    ctx,
-                    now=datetime.datetime.now(datetime.UTC),  # the turn may have taken a while
-                    secrets=resolved.env,
-                    cache=credentials.cache(resolved.token),
-                )
-                outcome = await reconciling.reconcile(res, credentials.client(resolved.token), ctx)
+            outcome = await _with_credentials(res, ctx, credentials, creating=uid not in memo.bound)
+        await _release_secrets(credentials, res, outcome, users or {})
     _apply(body, patch, outcome)
     _record(memo.metrics, uid, outcome)
     if "runnerId" in outcome.status:
@@ -316,6 +333,53 @@ async def _pass(
         locks.pop(uid, None)
         memo.bound.pop(uid, None)
     return outcome
+
+
+async def _with_credentials(
+    res: resource.ManagedRunnerResource, ctx: reconciling.Context, credentials: Credentials, *, creating: bool
+) -> Outcome:
+    """Resolve and protect the credentials, then reconcile with the client and cache for that token."""
+    try:
+        resolved = await credentials.resolve(res, env=not res.deleting)
+        if resolved.secret:
+            await credentials.protect(res.namespace, resolved.secret)
+    except CredentialsProblem as exc:
+        return reconciling.failed(res, ctx, exc)
+    # Only the creation backlog takes turns: a pass for a bound runner mostly reads the shared
+    # list, and queueing it behind hundreds of creates would hide installs finishing meanwhile.
+    creating = creating and not res.status.get("runnerId")
+    async with credentials.slots(resolved.token) if creating else contextlib.nullcontext():
+        ctx = dataclasses.replace(
+            ctx,
+            now=datetime.datetime.now(datetime.UTC),  # the turn may have taken a while
+            secrets=resolved.env,
+            cache=credentials.cache(resolved.token),
+            credential=creds.fingerprint(resolved.token, res.uid),
+            credentials_secret=resolved.secret,
+            track_secret=True,
+        )
+        return await reconciling.reconcile(res, credentials.client(resolved.token), ctx)
+
+
+async def _release_secrets(
+    credentials: Credentials, res: resource.ManagedRunnerResource, outcome: Outcome, users: Mapping[str, Any]
+) -> None:
+    """Drop the in-use finalizer from credentials Secrets this resource no longer needs, if no other does.
+
+    On release every Secret it used goes; otherwise only one it protected before and has switched from.
+    """
+    previous = res.status.get("credentialsSecret")
+    current = res.spec.credentials.secret_ref.name if res.spec.credentials else None
+    done = set() if outcome.release else {current}
+    for name in {previous, current} - done:
+        if not name:
+            continue
+        others = [uid for uid in users.get(f"{res.namespace}/{name}", ()) if uid != res.uid]
+        if not others:
+            try:
+                await credentials.unprotect(res.namespace, name)
+            except CredentialsProblem as exc:
+                log.warning("%s/%s: %s", res.namespace, res.name, exc.message)
 
 
 def _record(registry: metrics.Registry, uid: str, outcome: Outcome) -> None:
@@ -372,21 +436,6 @@ def _apply(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
             event.reason,
             event.message,
         )
-
-
-def _report_invalid(body: kopf.Body, patch: kopf.Patch, exc: ValueError) -> None:
-    message = f"the spec could not be read: {str(exc).splitlines()[0][:300]}"
-    patch.status["conditions"] = [
-        {
-            "type": "Synced",
-            "status": "False",
-            "reason": "InvalidSpec",
-            "message": message,
-            "lastTransitionTime": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "observedGeneration": body.get("metadata", {}).get("generation"),
-        }
-    ]
-    kopf.event(body, type="Warning", reason="InvalidSpec", message=message)
 
 
 def _claimed_by(res: resource.ManagedRunnerResource, claims: Mapping[str, Any]) -> str | None:

@@ -7,6 +7,7 @@ reports. Every branch is a row in tests/unit/test_planning.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from runner_operator.cloud import diff
 from runner_operator.cloud.models import InstallStatus, ManagedRunner
@@ -37,6 +38,16 @@ class Facts:
     """the runner this resource holds (status.runnerId), when it differs from the spec's runner ID."""
     held: ManagedRunner | None = None
     """the observation of `held_id`."""
+    credential_changed: bool = False
+    """the credential in use is not the one that last saw (or reserved) the runner.
+
+    Its NOT_FOUND then proves nothing (another organization's token sees none of our runners)."""
+    reserved_at: datetime | None = None
+    """when the create key was reserved (before any create with it could be sent)."""
+    replay_refused: bool = False
+    """the create replay with our key was refused (ALREADY_EXISTS or a body mismatch)."""
+    cluster_holder: str | None = None
+    """the runner, other than the one being replaced, that holds the desired cluster (replacements only)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,11 @@ class Create:
 @dataclass(frozen=True)
 class Adopt:
     """Bind an existing runner whose identity matches; updates follow on the next pass."""
+
+
+@dataclass(frozen=True)
+class Bind:
+    """Our create landed (its response was lost): the runner was created after our key was reserved."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +124,9 @@ class Conflict:
     message: str
 
 
-Action = ReserveRequestId | Create | Adopt | Update | Delete | ForgetOld | Release | Wait | Idle | Conflict
+Action = (
+    ReserveRequestId | Create | Adopt | Bind | Update | Delete | ForgetOld | Release | Wait | Idle | Conflict
+)
 
 
 def plan(facts: Facts) -> Action:
@@ -122,7 +140,7 @@ def plan(facts: Facts) -> Action:
                 f"runnerId changed from {facts.held_id!r} to {_runner_id(facts)!r}, which cannot be done in "
                 "place: set spec.replacementPolicy: Replace to replace the runner, or restore the runnerId",
             )
-        return _plan_replacement(facts.held_id, facts.held)
+        return _plan_replacement(facts, facts.held_id, facts.held)
     if facts.claimed_by:
         return Conflict(
             "DuplicateRunnerId",
@@ -136,7 +154,7 @@ def plan(facts: Facts) -> Action:
         return _plan_unbound(facts, observed)
     changed = identity_changes(facts.desired, observed)
     if changed and facts.replace:
-        return _plan_replacement(_runner_id(facts), observed)
+        return _plan_replacement(facts, _runner_id(facts), observed)
     if observed.install_status == InstallStatus.DELETING:
         return Wait(
             "DeletingOutOfBand", "the runner is being deleted outside Kubernetes; it will be recreated"
@@ -165,15 +183,84 @@ def _runner_id(facts: Facts) -> str:
     return (facts.desired.identity.runner_id if facts.desired.identity else None) or ""
 
 
-def _plan_replacement(old_id: str, old: ManagedRunner | None) -> Action:
-    """Old runner first: decommission it, wait until it is gone, then let the create path run."""
+def _plan_replacement(facts: Facts, old_id: str, old: ManagedRunner | None) -> Action:
+    """Break before make: the old runner goes first, but only once the new one is proven able to exist.
+
+    The runner ID is the API's key and a cluster holds one runner, so a new runner with the same ID or
+    on the same cluster cannot exist beside the old one (make-before-break is impossible there). What
+    can be proved beforehand is proved: not paused, the new ID claimed by no other resource and free
+    in the cloud (unless adopted), and the new cluster free.
+    """
     if old is None:
+        if facts.credential_changed:
+            return _not_visible(facts, old_id)
         return ForgetOld(old_id)
     if old.install_status == InstallStatus.DELETING:
         return Wait(
             "Replacing", f"waiting for runner {old_id} to be decommissioned before creating its replacement"
         )
+    if facts.paused:
+        return Idle(
+            "Paused", f"spec.paused is true: the replacement of runner {old_id} waits; nothing is sent"
+        )
+    new_id = _runner_id(facts)
+    if facts.claimed_by:
+        return Conflict(
+            "DuplicateRunnerId",
+            f"runner ID {new_id!r} is already claimed by ManagedRunner {facts.claimed_by}; runner {old_id} "
+            "is kept until the replacement can exist",
+        )
+    target = facts.observed if new_id != old_id else None
+    if target is not None:
+        if not facts.adopt:
+            return Conflict(
+                "ReplacementTargetTaken",
+                f"runner {new_id!r} already exists in the organization, so replacing runner {old_id} by it "
+                f"would leave nothing: runner {old_id} is kept. Choose another runnerId, or set "
+                "spec.adopt: true to take the existing runner over as the replacement",
+            )
+        mismatch = identity_changes(facts.desired, target)
+        if mismatch:
+            return Conflict(
+                "AdoptionMismatch",
+                f"cannot adopt runner {new_id!r} as the replacement: its {', '.join(mismatch)} differ "
+                "from the spec",
+            )
+    holder = facts.cluster_holder
+    if holder and holder != old_id and not (target is not None and holder == new_id):
+        cluster = facts.desired.identity.cluster_id if facts.desired.identity else ""
+        return Conflict(
+            "ClusterTaken",
+            f"cluster {cluster} already has managed runner {holder!r}, so the replacement could not be "
+            f"created: runner {old_id} is kept. Delete or adopt runner {holder!r} first",
+        )
     return Delete(old_id, replacing=True)
+
+
+def _not_visible(facts: Facts, runner_id: str) -> Conflict:
+    """NOT_FOUND read with a credential other than the one that last saw the runner proves nothing."""
+    return Conflict(
+        "RunnerNotVisible",
+        f"runner {runner_id} is not found with the current credentials, which are not the ones that last saw "
+        "it (a token of another organization sees none of its runners). Nothing is created, forgotten or "
+        "released on that answer: restore the credentials that manage it; to let go of the runner, delete "
+        "this resource with spec.deletionPolicy: Orphan",
+    )
+
+
+def _created_after_reservation(facts: Facts) -> bool:
+    """Evidence that an unbound runner is what our lost create made: it appeared after our key was reserved.
+
+    Used only when the replay cannot tell (the server refused a replay whose body changed since).
+    """
+    observed = facts.observed
+    return (
+        facts.reserved_at is not None
+        and observed is not None
+        and observed.create_time is not None
+        and observed.create_time >= facts.reserved_at
+        and not identity_changes(facts.desired, observed)
+    )
 
 
 def _plan_deletion(facts: Facts) -> Action:
@@ -182,15 +269,28 @@ def _plan_deletion(facts: Facts) -> Action:
     if facts.held_id:
         # Deleted mid-replacement: the old runner is the one this resource holds.
         if facts.held is None:
-            return Release()
+            return _not_visible(facts, facts.held_id) if facts.credential_changed else Release()
         if facts.held.install_status == InstallStatus.DELETING:
             return Wait("Deleting", f"runner {facts.held_id} is being decommissioned")
         return Delete(facts.held_id)
     observed = facts.observed
     if observed is None:
+        if (facts.bound or facts.request_id) and facts.credential_changed:
+            return _not_visible(facts, _runner_id(facts))
         return Release()
     if not facts.bound:
         if facts.request_id:
+            if facts.replay_refused:
+                if _created_after_reservation(facts):
+                    return Bind()
+                if _created_before_reservation(facts):
+                    return Release()  # provably not ours: it existed before our key did
+                return Conflict(
+                    "OwnershipUnknown",
+                    f"cannot tell whether runner {_runner_id(facts)!r} was created by this resource (its "
+                    "create replay was refused and no reservation time is recorded): it is neither deleted "
+                    "nor released. Set spec.deletionPolicy: Orphan to leave it, or delete it in CoreWeave",
+                )
             # A create may have landed before a crash: replaying it proves whether the runner is ours.
             return Create(facts.desired, facts.request_id)
         return Release()
@@ -200,6 +300,8 @@ def _plan_deletion(facts: Facts) -> Action:
 
 
 def _plan_absent(facts: Facts) -> Action:
+    if (facts.bound or facts.request_id) and facts.credential_changed:
+        return _not_visible(facts, _runner_id(facts))
     if facts.paused:
         return Idle("Paused", "spec.paused is true: the runner does not exist and will not be created")
     if facts.bound:
@@ -214,6 +316,10 @@ def _plan_unbound(facts: Facts, observed: ManagedRunner) -> Action:
     if facts.paused:
         return Idle("Paused", "spec.paused is true: the runner is not claimed, created or adopted")
     if facts.request_id:
+        if facts.replay_refused:
+            if _created_after_reservation(facts):
+                return Bind()
+            return _taken(facts)
         # Our create may have succeeded before we could record it; the same key replays it.
         return Create(facts.desired, facts.request_id)
     if not facts.adopt:
@@ -229,6 +335,25 @@ def _plan_unbound(facts: Facts, observed: ManagedRunner) -> Action:
             f"cannot adopt runner {_runner_id(facts)!r}: its {', '.join(changed)} differ from the spec",
         )
     return Adopt()
+
+
+def _taken(facts: Facts) -> Conflict:
+    return Conflict(
+        "RunnerIdTaken",
+        f"a runner with ID {_runner_id(facts)!r} already exists and was not created by this resource; "
+        "set spec.adopt: true to manage it, or choose another runnerId",
+    )
+
+
+def _created_before_reservation(facts: Facts) -> bool:
+    """Proof that an unbound runner is not ours: it existed before our create key did."""
+    observed = facts.observed
+    return (
+        facts.reserved_at is not None
+        and observed is not None
+        and observed.create_time is not None
+        and observed.create_time < facts.reserved_at
+    )
 
 
 def _progress(observed: ManagedRunner) -> Action:

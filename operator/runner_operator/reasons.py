@@ -30,6 +30,11 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "The resource was deleted and the runner left in place (deletionPolicy: Orphan).",
     ),
     "Ready": ((EVENT,), "The runner became installed, connected and rolled out."),
+    "CreateConfirmed": (
+        (EVENT,),
+        "A create whose response was lost is confirmed as this resource's (the runner appeared after the "
+        "create key was reserved); it is managed from here.",
+    ),
     "ReplacementStarted": (
         (EVENT,),
         "spec.replacementPolicy: Replace and the identity changed: the old runner goes.",
@@ -69,15 +74,42 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     ),
     "RateLimited": ((EVENT, SYNCED), "The CoreWeave API returned 429; every runner on this token waits."),
     "StaleEtag": ((EVENT, SYNCED), "The policy changed concurrently; re-planned from a fresh read."),
-    "CredentialsRejected": ((EVENT, SYNCED), "The API rejected the token (401): fix the credentials Secret."),
-    "PermissionDenied": ((EVENT, SYNCED), "The token lacks SANDBOX_ADMIN (403)."),
-    "CredentialsMissing": ((EVENT, SYNCED), "No credentials Secret on the resource and no operator default."),
-    "CredentialsSecretNotFound": ((EVENT, SYNCED), "The credentials Secret does not exist in the namespace."),
-    "CredentialsKeyMissing": ((EVENT, SYNCED), "The credentials Secret lacks the key (default `token`)."),
-    "SecretNotFound": ((EVENT, SYNCED), "A Secret referenced by overrides.env does not exist."),
-    "SecretKeyMissing": ((EVENT, SYNCED), "A Secret referenced by overrides.env lacks the key."),
-    "SecretAccessDenied": ((EVENT, SYNCED), "The operator may not read a referenced Secret (RBAC)."),
-    "SecretReadFailed": ((EVENT, SYNCED), "Reading a referenced Secret failed."),
+    "CredentialsRejected": (
+        (EVENT, READY, SYNCED, STALLED),
+        "The API rejected the token (401): fix the credentials Secret.",
+    ),
+    "PermissionDenied": (
+        (EVENT, READY, SYNCED, STALLED),
+        "The token lacks SANDBOX_ADMIN (403).",
+    ),
+    "CredentialsMissing": (
+        (EVENT, READY, SYNCED, STALLED),
+        "No credentials Secret on the resource and no operator default.",
+    ),
+    "CredentialsSecretNotFound": (
+        (EVENT, READY, SYNCED, STALLED),
+        "The credentials Secret does not exist in the namespace.",
+    ),
+    "CredentialsKeyMissing": (
+        (EVENT, READY, SYNCED, STALLED),
+        "The credentials Secret lacks the key (default `token`).",
+    ),
+    "SecretNotFound": (
+        (EVENT, READY, SYNCED, STALLED),
+        "A Secret referenced by overrides.env does not exist.",
+    ),
+    "SecretKeyMissing": (
+        (EVENT, READY, SYNCED, STALLED),
+        "A Secret referenced by overrides.env lacks the key.",
+    ),
+    "SecretAccessDenied": (
+        (EVENT, READY, SYNCED, STALLED),
+        "The operator may not read a referenced Secret (RBAC).",
+    ),
+    "SecretReadFailed": (
+        (EVENT, READY, SYNCED, STALLED),
+        "Reading a referenced Secret failed.",
+    ),
     "InternalError": ((EVENT, SYNCED), "An unexpected error in the operator; retried."),
     "NotFound": ((EVENT, SYNCED), "The API answered NOT_FOUND where the runner was expected."),
     "FailedPrecondition": ((EVENT, SYNCED), "The API refused the call in the runner's current state."),
@@ -109,6 +141,26 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     ),
     "IncompatibleServer": ((EVENT, SYNCED, STALLED), "The API response lacks required fields (e.g. spec)."),
     "Unimplemented": ((EVENT, SYNCED, STALLED), "The API does not implement the call (501)."),
+    "EndpointMisrouted": (
+        (EVENT, READY, SYNCED, STALLED),
+        "The endpoint answered 404 without the API's NOT_FOUND status (proxy, base path, ingress): nothing "
+        "is created, forgotten or released on it; fix RUNNER_OPERATOR_API_ENDPOINT or the route.",
+    ),
+    "RunnerNotVisible": (
+        (EVENT, READY, SYNCED, STALLED),
+        "NOT_FOUND read with credentials other than those that last saw the runner (another organization?): "
+        "no create, no release. Restore the credentials, or delete with deletionPolicy: Orphan.",
+    ),
+    "OwnershipUnknown": (
+        (EVENT, READY, SYNCED, STALLED),
+        "Deleting: a create replay was refused and nothing proves whether the runner is this resource's; it "
+        "is neither deleted nor released (set deletionPolicy: Orphan, or delete it in CoreWeave).",
+    ),
+    "ReplacementTargetTaken": (
+        (EVENT, READY, SYNCED, STALLED),
+        "Replace: the new runner ID already exists in the cloud; the old runner is kept (adopt it or choose "
+        "another runnerId).",
+    ),
     "DeletionStalled": (
         (EVENT, STALLED),
         "Deletion passed its deadline; still retrying. Check the console or set deletionPolicy: Orphan.",

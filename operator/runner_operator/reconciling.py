@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+import pydantic
+
 from runner_operator import conditions, planning, reporting, resource
 from runner_operator.cloud import errors
 from runner_operator.cloud.cache import RunnerCache
@@ -68,6 +70,12 @@ class Context:
     bound_here: str | None = None
     """the runner this process bound the resource to, if its status write may not be visible yet."""
     cache: RunnerCache | None = None
+    credential: str = ""
+    """fingerprint of the credential this pass uses (credentials.fingerprint); never the token."""
+    credentials_secret: str | None = None
+    """the resource's own credentials Secret this pass protected (None: the operator's default)."""
+    track_secret: bool = False
+    """whether this pass resolved credentials, so `credentials_secret` is current and is recorded."""
 
 
 REQUEST_KEYS = uuid.UUID("6c1d3f0e-3a55-4d4c-9c55-7f0f1c0b2d11")
@@ -98,17 +106,20 @@ class CredentialsProblem(Exception):
 async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx: Context) -> Outcome:
     """One observe-plan-act pass for a live or deleting resource."""
     try:
-        desired = desired_runner(res.spec, ctx.secrets)
+        desired = desired_runner(res.spec, ctx.secrets, lenient=res.deleting)
     except MissingSecretValue as exc:
         return failed(res, ctx, CredentialsProblem("SecretNotFound", f"cannot resolve {exc.args[0]}"))
     try:
         held_id = res.status.get("runnerId")
         # A pass can run on a body older than our last status write; what this process bound counts.
         bound = res.spec.runner_id in (held_id, ctx.bound_here)
-        # An absence only leads to a write for a runner this resource holds (it would be recreated).
-        observed = await _find(cloud, ctx, res.spec.runner_id, trust_absence=not bound and not res.deleting)
+        request_id = res.status.get("createRequestId")
+        # An absence from a list leads to no write only for a runner nothing may have created yet.
+        trusted = not bound and not res.deleting and not request_id
+        observed = await _find(cloud, ctx, res.spec.runner_id, trust_absence=trusted)
         held_elsewhere = str(held_id) if held_id and held_id != res.spec.runner_id else None
         held = await _find(cloud, ctx, held_elsewhere) if held_elsewhere else None
+        recorded = res.status.get("credentialFingerprint")
         facts = planning.Facts(
             desired=desired,
             observed=observed,
@@ -117,13 +128,18 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
             adopt=res.spec.adopt,
             deletion_policy=res.spec.deletion_policy,
             bound=bound,
-            request_id=res.status.get("createRequestId"),
+            request_id=request_id,
             new_request_id=request_key(res, recreations=_recreations(res) + (1 if bound else 0)),
             claimed_by=ctx.claimed_by,
             replace=res.spec.replacement_policy == "Replace",
             held_id=held_elsewhere,
             held=held,
+            credential_changed=bool(recorded and ctx.credential and recorded != ctx.credential),
+            reserved_at=_parse_time(res.status.get("createRequestedTime")),
         )
+        if not res.deleting and _may_replace(facts):
+            holder = await _cluster_holder(cloud, ctx, res.spec.cluster_id)
+            facts = dataclasses.replace(facts, cluster_holder=holder)
         return await _perform(res, cloud, ctx, facts, planning.plan(facts))
     except errors.CloudError as exc:
         return failed(res, ctx, exc)
@@ -137,26 +153,113 @@ async def _find(
     return await ctx.cache.find(runner_id, ctx.max_age, trust_absence=trust_absence)
 
 
+def _may_replace(facts: planning.Facts) -> bool:
+    """Whether this pass may start a replacement, so the new cluster's holder must be known first."""
+    if not facts.replace:
+        return False
+    if facts.held_id:
+        return True
+    return (
+        facts.bound
+        and facts.observed is not None
+        and bool(planning.identity_changes(facts.desired, facts.observed))
+    )
+
+
+async def _cluster_holder(cloud: CloudClient, ctx: Context, cluster_id: str) -> str | None:
+    """The runner that holds `cluster_id` in the cloud, from the shared snapshot when there is one."""
+    if ctx.cache is not None:
+        runners = await ctx.cache.runners(ctx.max_age)
+    else:
+        runners = [runner async for runner in cloud.iter_runners()]
+    for runner in runners:
+        if runner.identity and (runner.identity.cluster_id or "").lower() == cluster_id.lower():
+            return runner.runner_id
+    return None
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def _wrote(ctx: Context, runner_id: str, result: ManagedRunner | None = None) -> None:
     """Noted before and after each write: a list that started in between may not show it."""
     if ctx.cache is not None:
         ctx.cache.note_write(runner_id, result)
 
 
+def unreadable(body: Mapping[str, Any], now: datetime, exc: ValueError) -> Outcome:
+    """A spec this version cannot read: Ready/Synced False and Stalled True, one Event per distinct problem.
+
+    Happens after a rollback to a version that does not know a newer field (Helm never downgrades
+    CRDs). No status write and no Event while the problem stays the same, so no per-pass churn.
+    """
+    previous: Mapping[str, Any] = body.get("status") or {}
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    message = f"the spec could not be read by this operator version: {_summary(exc)}"
+    reason = "InvalidSpec"
+    status = {
+        "phase": reason,
+        "conditions": conditions.merge(
+            previous.get("conditions"),
+            [
+                _not_ready(reason, message),
+                conditions.Condition(conditions.SYNCED, "False", reason, message),
+                conditions.Condition(conditions.STALLED, "True", reason, message),
+            ],
+            generation=generation,
+            now=_rfc3339(now),
+        ),
+    }
+    before = conditions.find(previous.get("conditions"), conditions.SYNCED) or {}
+    repeated = before.get("reason") == reason and before.get("message") == message[:1024]
+    events = () if repeated else (Event("Warning", reason, message),)
+    return Outcome(status, events, terminal=True)
+
+
+def _summary(exc: ValueError) -> str:
+    """The first problems of a validation error, as `spec.path: message` (no values: they may be secret)."""
+    if isinstance(exc, pydantic.ValidationError):
+        parts = [
+            "spec." + ".".join(str(p) for p in err["loc"]) + f": {err['msg']}" for err in exc.errors()[:3]
+        ]
+        return "; ".join(parts)[:500]
+    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+
+
+def released(res: resource.ManagedRunnerResource, ctx: Context, *, orphaned: bool) -> Outcome:
+    """The finalizer may go: the API confirmed the runner gone, or it is orphaned (no call needed)."""
+    reason, message = (
+        ("Orphaned", f"left runner {res.spec.runner_id} in place (deletionPolicy: Orphan)")
+        if orphaned
+        else ("Deleted", f"runner {res.spec.runner_id} is gone")
+    )
+    status = _status(res, ctx, None, ready=_not_ready(reason, message), synced=_synced())
+    return Outcome(status, (Event("Normal", reason, message),), release=True)
+
+
 def failed(res: resource.ManagedRunnerResource, ctx: Context, exc: Exception) -> Outcome:
     """The outcome of a pass that could not talk to the API (or was told no)."""
-    now = ctx.now
     reason, terminal = _classify(exc)
     message = _describe(exc)
+    person = terminal or _needs_person(exc)
     retry_after = exc.retry_after if isinstance(exc, errors.RateLimited) else None
+    # What only a person can fix says so in Ready too; a transient failure leaves Ready as it was.
+    ready = _not_ready(reason, message) if person else None
     status = _status(
         res,
-        now,
+        ctx,
         None,
-        ready=None,
+        ready=ready,
         synced=conditions.Condition(conditions.SYNCED, "False", reason, message),
-        stalled=terminal,
+        stalled=person,
         keep_observation=True,
+        extra={"phase": reason} if person else None,
     )
     if res.deleting:
         _add_deletion_progress(status, res, ctx)
@@ -180,6 +283,9 @@ async def _perform(
     match action:
         case planning.ReserveRequestId(request_id, recreate):
             extra["createRequestId"] = request_id
+            extra["createRequestedTime"] = _rfc3339(now)
+            if ctx.credential:
+                extra["credentialFingerprint"] = ctx.credential
             extra["phase"] = "Creating"
             if recreate:
                 extra["runnerId"] = None
@@ -196,7 +302,7 @@ async def _perform(
                     )
             status = _status(
                 res,
-                now,
+                ctx,
                 None,
                 ready=_not_ready("Creating", "preparing to create the runner"),
                 synced=_synced(),
@@ -208,12 +314,18 @@ async def _perform(
             try:
                 created = await cloud.create(body, request_id)
                 _wrote(ctx, res.spec.runner_id, created)
-            except errors.AlreadyExists as exc:
+            except (errors.AlreadyExists, errors.InvalidArgument) as exc:
+                if observed is not None:
+                    # A replay the server refused (the body may have changed since): decide on other evidence.
+                    refused = dataclasses.replace(facts, replay_refused=True)
+                    return await _perform(res, cloud, ctx, refused, planning.plan(refused))
+                if isinstance(exc, errors.InvalidArgument):
+                    raise
                 return await _create_conflict(res, cloud, ctx, facts, exc)
             extra.update(runnerId=res.spec.runner_id, adopted=False)
             if res.deleting:
                 # The replay proved the runner is ours; the next pass deletes it.
-                status = _status(res, now, created, ready=None, synced=_synced(), extra=extra)
+                status = _status(res, ctx, created, ready=None, synced=_synced(), extra=extra)
                 _add_deletion_progress(status, res, ctx)
                 return Outcome(status, (), calls=("create",))
             if res.status.get("replacement"):
@@ -224,13 +336,34 @@ async def _perform(
                 )
             else:
                 events.append(Event("Normal", "Created", f"created runner {res.spec.runner_id}"))
-            return _observed(res, facts, now, created, events, extra, calls=("create",))
+            return _observed(res, facts, ctx, created, events, extra, calls=("create",))
+        case planning.Bind():
+            extra.update(runnerId=res.spec.runner_id, adopted=False)
+            events.append(
+                Event(
+                    "Normal",
+                    "CreateConfirmed",
+                    f"runner {res.spec.runner_id} was created by this resource's request {facts.request_id} "
+                    "(its response was lost); it is managed from here",
+                )
+            )
+            status = _status(
+                res,
+                ctx,
+                observed,
+                ready=_not_ready("Creating", "the create landed; applying the spec"),
+                synced=_synced(),
+                extra=extra,
+            )
+            if res.deleting:
+                _add_deletion_progress(status, res, ctx)
+            return Outcome(status, tuple(events))
         case planning.Adopt():
             extra.update(runnerId=res.spec.runner_id, adopted=True)
             events.append(Event("Normal", "Adopted", f"adopted existing runner {res.spec.runner_id}"))
             status = _status(
                 res,
-                now,
+                ctx,
                 observed,
                 ready=_not_ready("Adopting", "adopted; applying the spec"),
                 synced=_synced(),
@@ -253,7 +386,7 @@ async def _perform(
                 )
             else:
                 events.append(Event("Normal", "Updated", f"updated {mask}"))
-            return _observed(res, facts, now, updated, events, extra, calls=("update",))
+            return _observed(res, facts, ctx, updated, events, extra, calls=("update",))
         case planning.Delete(runner_id, replacing=True):
             _wrote(ctx, runner_id)
             await cloud.delete(runner_id, allow_missing=True)
@@ -272,7 +405,7 @@ async def _perform(
             )
             status = _status(
                 res,
-                now,
+                ctx,
                 None,
                 ready=_not_ready("Replacing", f"decommissioning runner {runner_id}"),
                 synced=_synced(),
@@ -290,7 +423,7 @@ async def _perform(
             )
             status = _status(
                 res,
-                now,
+                ctx,
                 None,
                 ready=_not_ready("Replacing", f"runner {runner_id} is gone"),
                 synced=_synced(),
@@ -305,7 +438,7 @@ async def _perform(
             events.append(Event("Normal", "DeletionRequested", f"requested deletion of runner {runner_id}"))
             status = _status(
                 res,
-                now,
+                ctx,
                 observed,
                 ready=_not_ready("Deleting", "decommissioning the runner"),
                 synced=_synced(),
@@ -313,36 +446,36 @@ async def _perform(
             _add_deletion_progress(status, res, ctx)
             return Outcome(status, tuple(events), calls=("delete",))
         case planning.Release(orphaned):
-            reason, message = (
-                ("Orphaned", f"left runner {res.spec.runner_id} in place (deletionPolicy: Orphan)")
-                if orphaned
-                else ("Deleted", f"runner {res.spec.runner_id} is gone")
-            )
-            status = _status(res, now, None, ready=_not_ready(reason, message), synced=_synced())
-            return Outcome(status, (Event("Normal", reason, message),), release=True)
+            return released(res, ctx, orphaned=orphaned)
         case planning.Wait(reason, message):
             if res.deleting:
-                status = _status(res, now, observed, ready=_not_ready(reason, message), synced=_synced())
+                status = _status(res, ctx, observed, ready=_not_ready(reason, message), synced=_synced())
                 _add_deletion_progress(status, res, ctx)
                 if status["deletion"]["stalled"] and not (res.status.get("deletion") or {}).get("stalled"):
                     stalled = conditions.find(status["conditions"], conditions.STALLED) or {}
                     events.append(Event("Warning", "DeletionStalled", str(stalled.get("message"))))
                 return Outcome(status, tuple(events))
-            return _observed(res, facts, now, observed, events, extra)
+            return _observed(res, facts, ctx, observed, events, extra)
         case planning.Idle():
             if facts.paused:
                 extra["plan"] = _would(dataclasses.replace(facts, paused=False))
-            return _observed(res, facts, now, observed, events, extra)
+            return _observed(res, facts, ctx, observed, events, extra)
         case planning.Conflict(reason, message):
+            mirrored = observed if facts.bound else None  # never mirror a runner this resource does not own
+            if facts.replay_refused:
+                extra["createRequestId"] = None  # not ours: later passes adopt or report without calls
             status = _status(
                 res,
-                now,
-                observed if facts.bound else None,  # never mirror a runner this resource does not own
-                ready=None if facts.bound else _not_ready(reason, message),
+                ctx,
+                mirrored,
+                ready=None if mirrored is not None else _not_ready(reason, message),
                 synced=conditions.Condition(conditions.SYNCED, "False", reason, message),
                 stalled=True,
-                extra=extra if facts.bound else {**extra, "phase": "Conflict"},
+                extra=extra if mirrored is not None else {**extra, "phase": "Conflict"},
+                keep_observation=facts.bound,
             )
+            if res.deleting:
+                _add_deletion_progress(status, res, ctx)
             previous = conditions.find(res.status.get("conditions"), conditions.SYNCED)
             if previous is None or previous.get("reason") != reason:
                 events.append(Event("Warning", reason, message))
@@ -357,22 +490,8 @@ async def _create_conflict(
     facts: planning.Facts,
     exc: errors.AlreadyExists,
 ) -> Outcome:
-    """ALREADY_EXISTS on create: the runner ID is someone else's, or the cluster already has a runner."""
-    if facts.observed is not None:
-        # Our key did not create it: forget the key so later passes adopt or report without calls.
-        conflict = planning.Conflict(
-            "RunnerIdTaken",
-            f"a runner with ID {res.spec.runner_id!r} already exists and was not created by this resource; "
-            "set spec.adopt: true to manage it, or choose another runnerId",
-        )
-        outcome = await _perform(res, cloud, ctx, facts, conflict)
-        outcome.status["createRequestId"] = None
-        return outcome
-    holder = None
-    async for runner in cloud.iter_runners():
-        if runner.identity and (runner.identity.cluster_id or "").lower() == res.spec.cluster_id.lower():
-            holder = runner.runner_id
-            break
+    """ALREADY_EXISTS on a first create (nothing had this ID): the cluster already has a runner."""
+    holder = await _cluster_holder(cloud, ctx, res.spec.cluster_id)
     where = f" (runner {holder!r})" if holder else ""
     message = (
         f"cluster {res.spec.cluster_id} already has a managed runner{where}: a cluster holds at most one. "
@@ -390,7 +509,7 @@ async def _create_conflict(
 def _observed(
     res: resource.ManagedRunnerResource,
     facts: planning.Facts,
-    now: datetime,
+    ctx: Context,
     runner: ManagedRunner | None,
     events: list[Event],
     extra: dict[str, Any],
@@ -414,7 +533,7 @@ def _observed(
     else:
         ready = _not_ready("Updating", "changes were just sent")
     events.extend(_transitions(res, runner, ready))
-    status = _status(res, now, runner, ready=ready, synced=_synced(res.spec.paused), extra=extra)
+    status = _status(res, ctx, runner, ready=ready, synced=_synced(res.spec.paused), extra=extra)
     return Outcome(status, tuple(events), calls=calls)
 
 
@@ -445,7 +564,7 @@ def _not_ready(reason: str, message: str) -> conditions.Condition:
 
 def _status(
     res: resource.ManagedRunnerResource,
-    now: datetime,
+    ctx: Context,
     runner: ManagedRunner | None,
     *,
     ready: conditions.Condition | None,
@@ -455,17 +574,24 @@ def _status(
     keep_observation: bool = False,
 ) -> dict[str, Any]:
     """The status patch: cloud observations, conditions for this generation, bookkeeping fields."""
+    now = ctx.now
     stamp = _rfc3339(now)
     status: dict[str, Any] = {}
     if runner is not None:
         status.update(reporting.observed_status(runner))
         status["phase"] = reporting.phase(runner)
         status["lastObservedTime"] = stamp
+        if ctx.credential:
+            # The credential that last saw the runner: only its NOT_FOUND proves the runner is gone.
+            status["credentialFingerprint"] = ctx.credential
     elif not keep_observation:
         status["phase"] = "Absent" if not res.deleting else "Deleted"
     updates = [c for c in (ready, synced) if c is not None]
     if ready is None and runner is None and not keep_observation:
         updates.insert(0, _not_ready("Absent", "the runner does not exist"))
+    elif ready is None and conditions.find(res.status.get("conditions"), conditions.READY) is None:
+        # Every resource carries Ready after its first pass, whatever failed (kubectl wait, dashboards).
+        updates.insert(0, conditions.Condition(conditions.READY, "Unknown", synced.reason, synced.message))
     updates.append(
         conditions.Condition(conditions.STALLED, "True", synced.reason, synced.message)
         if stalled
@@ -478,6 +604,8 @@ def _status(
         status["observedGeneration"] = res.generation
     if res.status.get("plan") and not res.spec.paused:
         status["plan"] = None
+    if ctx.track_secret:
+        status["credentialsSecret"] = ctx.credentials_secret
     if extra:
         status.update(extra)
     _keep_recent_stamp(status, res.status, now)
@@ -545,6 +673,13 @@ def _add_deletion_progress(status: dict[str, Any], res: resource.ManagedRunnerRe
         )
 
 
+def _needs_person(exc: Exception) -> bool:
+    """Failures no retry can fix: wrong or missing credentials, a misrouted endpoint (Stalled=True)."""
+    if isinstance(exc, CredentialsProblem):
+        return True
+    return isinstance(exc, (errors.Unauthenticated, errors.PermissionDenied, errors.Misrouted))
+
+
 def _classify(exc: Exception) -> tuple[str, bool]:
     """(condition reason, terminal?) for a failure."""
     if isinstance(exc, CredentialsProblem):
@@ -559,6 +694,8 @@ def _classify(exc: Exception) -> tuple[str, bool]:
         return "CredentialsRejected", False
     if isinstance(exc, errors.PermissionDenied):
         return "PermissionDenied", False
+    if isinstance(exc, errors.Misrouted):
+        return "EndpointMisrouted", False
     if isinstance(exc, errors.InvalidArgument):
         return "InvalidSpec", True
     if isinstance(exc, errors.IncompatibleServer):

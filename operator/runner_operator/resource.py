@@ -457,6 +457,21 @@ class ManagedRunnerResource(BaseModel):
             status=dict(body.get("status") or {}),
         )
 
+    @classmethod
+    def identity_only(cls, body: Mapping[str, Any]) -> ManagedRunnerResource | None:
+        """What deletion needs from a spec the full model cannot read (a field a newer version added).
+
+        Identity, credentials and deletionPolicy only; None when even those do not parse.
+        """
+        raw: Mapping[str, Any] = body.get("spec") or {}
+        keep = ("runnerId", "clusterId", "zone", "credentials", "deletionPolicy")
+        picked = {key: raw[key] for key in keep if key in raw}
+        try:
+            spec = ManagedRunnerSpec.model_validate({**picked, "policy": {}})
+            return cls.from_body({**body, "spec": spec.model_dump(by_alias=True, exclude_unset=True)})
+        except ValueError:
+            return None
+
     def env_secret_refs(self) -> tuple[SecretKeySelector, ...]:
         """Secret keys referenced by the runner's env, see ManagedRunnerSpec.env_secret_refs."""
         return self.spec.env_secret_refs()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the real kube-apiserver, etcd and kubectl (one Kubernetes module graph) and helm v4 into bin/.
+# Builds the real kube-apiserver, kube-controller-manager, etcd and kubectl (one Kubernetes module graph) and helm v4 into bin/.
 # Idempotent: skips the build when bin/.stamp matches the hash of go.mod, go.sum, this script and the flags.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,7 +24,7 @@ HELM_LDFLAGS="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X
 
 key="$(cat go.mod go.sum build.sh | sha256sum | cut -d' ' -f1)"
 if [[ -f bin/.stamp && "$(cat bin/.stamp)" == "$key" ]] \
-   && [[ -x bin/kube-apiserver && -x bin/etcd && -x bin/kubectl && -x bin/helm ]]; then
+   && [[ -x bin/kube-apiserver && -x bin/kube-controller-manager && -x bin/etcd && -x bin/kubectl && -x bin/helm ]]; then
   echo "testenv: binaries up to date (bin/, key ${key:0:12})"
   exit 0
 fi
@@ -39,6 +39,8 @@ step "downloading modules (go mod download)"
 go mod download
 step "building kube-apiserver $K8S_VERSION"
 go build -trimpath -ldflags "$K8S_LDFLAGS" -o bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+step "building kube-controller-manager $K8S_VERSION (namespace deletion, garbage collection)"
+go build -trimpath -ldflags "$K8S_LDFLAGS" -o bin/kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 step "building etcd ($(go list -m -f '{{.Version}}' $ETCD_PKG))"
 go build -trimpath -ldflags "-s -w" -o bin/etcd "$ETCD_PKG"
 step "building kubectl $K8S_VERSION"

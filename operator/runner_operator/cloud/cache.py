@@ -68,6 +68,12 @@ class RunnerCache:
         self.stats.hits += 1
         return found
 
+    async def runners(self, max_age: float) -> list[ManagedRunner]:
+        """Every runner of the credential as of at most `max_age` seconds ago (0: list now)."""
+        if max_age <= 0 or self.clock() - self._taken > max_age:
+            await self._refreshed()
+        return list(self._snapshot.values())
+
     def _stale_for(self, runner_id: str) -> bool:
         written = self._written.get(runner_id)
         return written is not None and written >= self._taken

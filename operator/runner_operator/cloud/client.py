@@ -93,11 +93,24 @@ class CloudClient:
         return _runner(data)
 
     async def get(self, runner_id: str) -> models.ManagedRunner:
-        """Read a runner; raises errors.NotFound when it does not exist (or its deletion finished)."""
-        return _runner(await self._call("GET", _item(runner_id)))
+        """Read a runner; raises errors.NotFound only on the API's own NOT_FOUND for this runner.
+
+        A NOT_FOUND that names another resource is an endpoint problem (errors.Misrouted), not absence.
+        """
+        try:
+            return _runner(await self._call("GET", _item(runner_id)))
+        except errors.NotFound as exc:
+            if not exc.names(runner_id):
+                raise errors.Misrouted(
+                    f"NOT_FOUND names {exc.resource_name!r}, not runner {runner_id!r}: "
+                    "check the API endpoint",
+                    code="MISROUTED",
+                    http_status=exc.http_status,
+                ) from None
+            raise
 
     async def find(self, runner_id: str) -> models.ManagedRunner | None:
-        """Read a runner, or None when it does not exist."""
+        """Read a runner, or None when the API itself says NOT_FOUND for it."""
         try:
             return await self.get(runner_id)
         except errors.NotFound:
@@ -157,12 +170,15 @@ class CloudClient:
         return _runner(data)
 
     async def delete(self, runner_id: str, allow_missing: bool = True) -> None:
-        """Start decommissioning; with `allow_missing` an unknown runner counts as deleted."""
+        """Start decommissioning; with `allow_missing` the API's NOT_FOUND for it counts as deleted.
+
+        Success is not proof the runner is gone: callers confirm with `get` (NOT_FOUND) afterwards.
+        """
         params = {"allowMissing": "true"} if allow_missing else {}
         try:
             await self._call("DELETE", _item(runner_id), params=params)
-        except errors.NotFound:
-            if not allow_missing:
+        except errors.NotFound as exc:
+            if not allow_missing or not exc.names(runner_id):
                 raise
 
     async def apply_available_update(self, runner_id: str) -> models.ManagedRunner:

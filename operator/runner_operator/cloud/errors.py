@@ -59,7 +59,35 @@ class CloudError(Exception):
 
 
 class NotFound(CloudError):
-    pass
+    """The API's own NOT_FOUND (a google.rpc.Status body with code 5): the only evidence of absence.
+
+    `resource_name` comes from a ResourceInfo detail when the server names what it did not find.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "NOT_FOUND",
+        http_status: int | None = None,
+        resource_name: str | None = None,
+    ) -> None:
+        super().__init__(message, code=code, http_status=http_status)
+        self.resource_name = resource_name
+
+    def names(self, runner_id: str) -> bool:
+        """Whether this answer is about `runner_id` (an answer naming nothing is taken as about it)."""
+        name = self.resource_name
+        return name is None or name == runner_id or name.endswith(f"/{runner_id}")
+
+
+class Misrouted(CloudError):
+    """A 404 that is not the API's NOT_FOUND: a proxy, a wrong base path or an ingress without a route.
+
+    It proves nothing about the runner, so it is never read as "gone"; someone must fix the endpoint.
+    """
+
+    retryable = True
 
 
 class AlreadyExists(CloudError):
@@ -182,6 +210,12 @@ def from_response(
     text = message or response.reason_phrase or f"HTTP {status}"
     details = [d for d in body.get("details", ()) or () if isinstance(d, dict)] if body else []
 
+    if status == 404 and not _is_rpc_status(body, 5):
+        return Misrouted(
+            f"HTTP 404 without an API status body ({text}): check the API endpoint and any proxy in between",
+            code="MISROUTED",
+            http_status=status,
+        )
     cls = _BY_CODE.get(code, CloudError)
     if issubclass(cls, Unavailable) and cls is not RateLimited and 400 <= status < 500:
         cls = CloudError  # a 4xx other than 429 is never transient, whatever the body says
@@ -191,6 +225,8 @@ def from_response(
         return InvalidArgument(
             text, code=code, http_status=status, field_violations=_field_violations(details)
         )
+    if cls is NotFound:
+        return NotFound(text, code=code, http_status=status, resource_name=_resource_name(details))
     if cls is RateLimited:
         retry_after = _retry_after_header(response.headers.get("retry-after"), now)
         if retry_after is None:
@@ -211,6 +247,22 @@ def _status_body(response: httpx.Response) -> dict[str, Any]:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         body = body["error"]  # some gateways wrap the status as {"error": {...}}
     return body if isinstance(body, dict) else {}
+
+
+def _is_rpc_status(body: dict[str, Any], number: int) -> bool:
+    """A google.rpc.Status body carrying this code (as the number or its canonical name)."""
+    code = body.get("code")
+    if isinstance(code, bool):
+        return False
+    return code == number or (isinstance(code, str) and code.upper() == CODE_NAMES[number])
+
+
+def _resource_name(details: list[dict[str, Any]]) -> str | None:
+    for detail in _of_type(details, "ResourceInfo"):
+        name = detail.get("resourceName", detail.get("resource_name"))
+        if isinstance(name, str) and name:
+            return name
+    return None
 
 
 def _code_name(code: object, http_status: int) -> str:

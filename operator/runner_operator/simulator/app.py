@@ -1,6 +1,7 @@
 """The aiohttp application: REST routes of contract section 4, bearer auth, faults, request log.
 
-Handlers only translate HTTP to Simulator calls; tokens and bodies are never logged.
+Handlers only translate HTTP to Simulator calls, in the organisation of the caller's token;
+tokens and bodies are never logged.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from typing import Any
 
 from aiohttp import web
 
-from runner_operator.simulator import control, errors
+from runner_operator.simulator import control, errors, faults
 from runner_operator.simulator.core import Simulator
 from runner_operator.simulator.errors import ApiError
 from runner_operator.simulator.faults import LoggedRequest
 
 log = logging.getLogger("runner_operator.simulator")
 
-BASE = "/v1/sandbox/managedRunners"
+BASE = faults.API_PREFIX
 SIMULATOR = control.SIMULATOR
 CLOSING = web.AppKey("closing", asyncio.Event)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -30,6 +31,17 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def error_response(err: ApiError) -> web.Response:
     return web.json_response(err.body(), status=err.status, headers=err.headers)
+
+
+def bare_not_found() -> web.Response:
+    """Go's http.NotFound: what a default mux, proxy or ingress without the route answers (A.27)."""
+    return web.Response(
+        status=404,
+        text="404 page not found\n",
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
 
 
 def ok(body: dict[str, Any]) -> web.Response:
@@ -68,12 +80,21 @@ def _sim(request: web.Request) -> Simulator:
     return request.app[SIMULATOR]
 
 
+def _org(request: web.Request) -> str:
+    """The caller's organisation; authorize() has already admitted the token."""
+    return _sim(request).organization_of(_token(request))
+
+
 # -- API handlers ------------------------------------------------------------------------
 
 
 async def create(request: web.Request) -> web.Response:
     body = await json_body(request)
-    return ok(_sim(request).create(body, query(request, "requestId", "request_id"), copy=False))
+    return ok(
+        _sim(request).create(
+            body, query(request, "requestId", "request_id"), copy=False, organization=_org(request)
+        )
+    )
 
 
 async def list_runners(request: web.Request) -> web.Response:
@@ -84,23 +105,28 @@ async def list_runners(request: web.Request) -> web.Response:
             query(request, "pageToken", "page_token"),
             query(request, "clusterId", "cluster_id"),
             copy=False,
+            organization=_org(request),
         )
     )
 
 
 async def get(request: web.Request) -> web.Response:
-    return ok(_sim(request).get(request.match_info["runnerId"], copy=False))
+    return ok(_sim(request).get(request.match_info["runnerId"], copy=False, organization=_org(request)))
 
 
 async def update(request: web.Request) -> web.Response:
     masks = request.query.getall("updateMask", []) + request.query.getall("update_mask", [])
     body = await json_body(request)
-    return ok(_sim(request).update(request.match_info["runnerId"], body, masks, copy=False))
+    return ok(
+        _sim(request).update(
+            request.match_info["runnerId"], body, masks, copy=False, organization=_org(request)
+        )
+    )
 
 
 async def delete(request: web.Request) -> web.Response:
     allow_missing = flag(request, "allowMissing", "allow_missing")
-    return ok(_sim(request).delete(request.match_info["runnerId"], allow_missing))
+    return ok(_sim(request).delete(request.match_info["runnerId"], allow_missing, organization=_org(request)))
 
 
 async def custom_method(request: web.Request) -> web.Response:
@@ -110,7 +136,7 @@ async def custom_method(request: web.Request) -> web.Response:
     body = await json_body(request, required=False)
     if body not in (None, {}):
         raise errors.invalid_field("body", "applyAvailableUpdate takes no body or {}")
-    return ok(_sim(request).apply_available_update(runner_id, copy=False))
+    return ok(_sim(request).apply_available_update(runner_id, copy=False, organization=_org(request)))
 
 
 ROUTES: list[tuple[str, str, str, Handler]] = [
@@ -141,12 +167,15 @@ def _matches(token: str, candidates: tuple[str, ...]) -> bool:
 
 
 def authorize(request: web.Request, control_route: bool) -> None:
-    config = _sim(request).config
+    """Admin tokens are the configured ones plus every token of the organisation map."""
+    sim = _sim(request)
+    config = sim.config
     token = _token(request)
     if token is None:
         raise errors.unauthenticated()
+    admin_tokens = config.admin_tokens + tuple(sim.organizations)
     if control_route:
-        allowed = (config.control_token,) if config.control_token else config.admin_tokens
+        allowed = (config.control_token,) if config.control_token else admin_tokens
         if not _matches(token, allowed):
             raise (
                 errors.unauthenticated()
@@ -154,7 +183,7 @@ def authorize(request: web.Request, control_route: bool) -> None:
                 else errors.permission_denied()
             )
         return
-    if _matches(token, config.admin_tokens):
+    if _matches(token, admin_tokens):
         return
     if _matches(token, config.user_tokens):
         raise errors.permission_denied()
@@ -163,7 +192,10 @@ def authorize(request: web.Request, control_route: bool) -> None:
 
 @web.middleware
 async def serve_api(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Log, authenticate, inject faults and turn ApiError into google.rpc.Status bodies."""
+    """Log, authenticate, inject faults and turn ApiError into google.rpc.Status bodies.
+
+    A bare-404 prefix answers before authentication, like a proxy in front of the API would.
+    """
     sim = _sim(request)
     started = time.perf_counter()
     resource = request.match_info.route.resource
@@ -171,12 +203,16 @@ async def serve_api(request: web.Request, handler: Handler) -> web.StreamRespons
     endpoint = ENDPOINT_OF.get((request.method, route), "")
     if endpoint == "applyAvailableUpdate":
         route += ":applyAvailableUpdate"
+    control_route = request.path.startswith(control.PREFIX)
     status, fault, lose = 0, None, False
     try:
+        if not control_route and sim.faults.misrouted(request.path):
+            fault, status = faults.BARE_404, 404
+            return bare_not_found()
         try:
             if request.match_info.http_exception is not None:
                 raise _unrouted(request.match_info.http_exception)
-            authorize(request, control_route=request.path.startswith(control.PREFIX))
+            authorize(request, control_route=control_route)
             if endpoint and sim.config.rate_limit:
                 wait = sim.limiter.admit(
                     _token(request) or "", sim.config.rate_limit, sim.config.rate_burst, time.monotonic()

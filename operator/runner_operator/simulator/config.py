@@ -15,6 +15,9 @@ DEV_USER_TOKEN = "CW-SECRET-simulator-user"
 ADMIN_TOKEN_ENV = "SIMULATOR_ADMIN_TOKEN"
 USER_TOKEN_ENV = "SIMULATOR_USER_TOKEN"
 
+# Organisation of every token not in SimulatorConfig.organizations.
+DEFAULT_ORGANIZATION = ""
+
 DEFAULT_RELEASES = {"RELEASE_CHANNEL_STABLE": "stable-1.0.0", "RELEASE_CHANNEL_RAPID": "rapid-1.1.0"}
 
 
@@ -40,6 +43,9 @@ class SimulatorConfig:
     port: int = 0
     admin_tokens: tuple[str, ...] = (DEV_ADMIN_TOKEN,)
     user_tokens: tuple[str, ...] = (DEV_USER_TOKEN,)
+    # token -> organisation (contract A.29): runners are visible to their organisation only. A listed
+    # token is also an admin token of its organisation; unlisted tokens are in DEFAULT_ORGANIZATION.
+    organizations: dict[str, str] = field(default_factory=dict)
     # Token for the /_sim control API; when None the admin tokens are accepted there.
     control_token: str | None = None
     timings: Timings = field(default_factory=Timings)

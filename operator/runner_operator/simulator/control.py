@@ -1,6 +1,7 @@
 """The /_sim test-control API: the HTTP face of the Simulator's fault and life-cycle methods.
 
 Not part of the CoreWeave contract; guarded by the control token (or an admin token).
+Runner-scoped routes act in the default organisation unless given `?organization=`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from typing import Any
 
 from aiohttp import web
 
-from runner_operator.simulator import errors
+from runner_operator.simulator import errors, faults
+from runner_operator.simulator.config import DEFAULT_ORGANIZATION
 from runner_operator.simulator.core import Simulator
 from runner_operator.simulator.schema import camel_to_snake, format_time
 
-PREFIX = "/_sim"
+PREFIX = faults.CONTROL_PREFIX
 SIMULATOR = web.AppKey("simulator", Simulator)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -54,13 +56,25 @@ def _sim(request: web.Request) -> Simulator:
     return request.app[SIMULATOR]
 
 
+def _organization(request: web.Request, args: dict[str, Any] | None = None) -> str:
+    """The organisation a control call acts in: body `organization`, else the query, else the default."""
+    value = (args or {}).get("organization", request.query.get("organization", DEFAULT_ORGANIZATION))
+    if not isinstance(value, str):
+        raise ValueError("organization must be a string")
+    return value
+
+
 async def state(request: web.Request) -> web.Response:
+    """`runners` counts every organisation, or only the one given as `?organization=`."""
     sim = _sim(request)
+    counts = sim.organization_counts()
+    scoped = "organization" in request.query
     return _reply(
         {
             "simulator": True,
             "now": format_time(sim.now()),
-            "runners": len(sim),
+            "runners": counts.get(_organization(request), 0) if scoped else len(sim),
+            "organizations": counts,
             "timings": dataclasses.asdict(sim.timings),
             "releases": sim.releases,
             "faults": sim.faults.describe(),
@@ -135,6 +149,28 @@ async def set_latency(request: web.Request) -> web.Response:
     return _reply(sim.faults.describe())
 
 
+async def bare404(request: web.Request) -> web.Response:
+    """{"prefix": path prefix (default the runner API), "enabled": bool (default true)}."""
+    args = await _args(request)
+    sim = _sim(request)
+    enabled = args.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError("enabled must be true or false")
+    sim.set_bare404(str(args.get("prefix", faults.API_PREFIX)), enabled)
+    return _reply(sim.faults.describe())
+
+
+async def organizations(request: web.Request) -> web.Response:
+    """{"tokens": {token: organisation}, "merge": bool}: replace or extend the map (tokens not echoed)."""
+    args = await _args(request)
+    tokens = args.get("tokens")
+    if not isinstance(tokens, dict):
+        raise ValueError("expected {'tokens': {token: organization}, 'merge': bool}")
+    sim = _sim(request)
+    mapping = sim.set_organizations(tokens, merge=bool(args.get("merge", False)))
+    return _reply({"tokens": len(mapping), "organizations": sorted(set(mapping.values()))})
+
+
 async def clear_faults(request: web.Request) -> web.Response:
     _sim(request).clear_faults()
     return _reply({})
@@ -166,8 +202,12 @@ async def create_runner(request: web.Request) -> web.Response:
     raw = await request.read()
     data = json.loads(raw) if raw.strip() else {}
     if not isinstance(data, dict) or not isinstance(data.get("runner"), dict):
-        raise ValueError("expected {'runner': ManagedRunner, 'installed': bool}")
-    return _reply(_sim(request).create_out_of_band(data["runner"], bool(data.get("installed", True))))
+        raise ValueError("expected {'runner': ManagedRunner, 'installed': bool, 'organization': str}")
+    return _reply(
+        _sim(request).create_out_of_band(
+            data["runner"], bool(data.get("installed", True)), organization=_organization(request, data)
+        )
+    )
 
 
 async def edit_runner(request: web.Request) -> web.Response:
@@ -175,12 +215,18 @@ async def edit_runner(request: web.Request) -> web.Response:
     data = json.loads(raw) if raw.strip() else {}
     if not isinstance(data, dict):
         raise ValueError("expected a partial ManagedRunner object")
-    return _reply(_sim(request).edit_out_of_band(request.match_info["runnerId"], data))
+    return _reply(
+        _sim(request).edit_out_of_band(
+            request.match_info["runnerId"], data, organization=_organization(request)
+        )
+    )
 
 
 async def delete_runner(request: web.Request) -> web.Response:
     immediately = request.query.get("immediately", "true").lower() != "false"
-    _sim(request).delete_out_of_band(request.match_info["runnerId"], immediately)
+    _sim(request).delete_out_of_band(
+        request.match_info["runnerId"], immediately, organization=_organization(request)
+    )
     return _reply({})
 
 
@@ -192,20 +238,27 @@ async def fail_install(request: web.Request) -> web.Response:
             str(args.get("reason", "RUNNER_INSTALL_ERROR_REASON_INSTALL_FAILED")),
             str(args.get("message", "injected install failure")),
             bool(args.get("immediately", True)),
+            organization=_organization(request, args),
         )
     )
 
 
 async def recover_install(request: web.Request) -> web.Response:
-    return _reply(_sim(request).recover_install(request.match_info["runnerId"]))
+    return _reply(
+        _sim(request).recover_install(request.match_info["runnerId"], organization=_organization(request))
+    )
 
 
 async def disconnect(request: web.Request) -> web.Response:
-    return _reply(_sim(request).disconnect(request.match_info["runnerId"]))
+    return _reply(
+        _sim(request).disconnect(request.match_info["runnerId"], organization=_organization(request))
+    )
 
 
 async def reconnect(request: web.Request) -> web.Response:
-    return _reply(_sim(request).reconnect(request.match_info["runnerId"]))
+    return _reply(
+        _sim(request).reconnect(request.match_info["runnerId"], organization=_organization(request))
+    )
 
 
 ROUTES: list[tuple[str, str, Handler]] = [
@@ -216,7 +269,9 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/faults", add_fault),
     ("PUT", "/faults/rates", set_rate),
     ("PUT", "/faults/latency", set_latency),
+    ("POST", "/faults/bare404", bare404),
     ("DELETE", "/faults", clear_faults),
+    ("POST", "/organizations", organizations),
     ("GET", "/requests", requests_log),
     ("DELETE", "/requests", clear_requests),
     ("POST", "/releases", release),

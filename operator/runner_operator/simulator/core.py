@@ -2,6 +2,8 @@
 
 Transport-free: takes decoded JSON and query values, returns wire JSON or raises ApiError.
 Everything is synchronous and runs on one event loop, so each call is atomic.
+Runners belong to an organisation (the caller's, see `organization_of`) and are invisible to
+every other one (contract A.29); clusters are physical, so one runner per cluster holds globally.
 """
 
 from __future__ import annotations
@@ -12,15 +14,15 @@ import bisect
 import json
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from copy import deepcopy
 from dataclasses import replace
 from typing import Any
 
 from runner_operator.simulator import errors, schema, validation
-from runner_operator.simulator.config import SimulatorConfig, Timings
+from runner_operator.simulator.config import DEFAULT_ORGANIZATION, SimulatorConfig, Timings
 from runner_operator.simulator.errors import ApiError, Violation
-from runner_operator.simulator.faults import FaultPlan, RateLimiter, RequestLog, Scripted
+from runner_operator.simulator.faults import API_PREFIX, FaultPlan, RateLimiter, RequestLog, Scripted
 from runner_operator.simulator.lifecycle import DELETING, FAILED, Runner
 from runner_operator.simulator.persistence import StateFile
 
@@ -34,6 +36,10 @@ OUTPUT_PATHS = frozenset(
     {"etag", "identity.cluster_name"} | {k for k, f in schema.MANAGED_RUNNER.fields.items() if f.output_only}
 )
 LEGACY_PATHS = frozenset({"profile_bindings", "spec.allow_privileged_profile_annotations"})
+ORG = DEFAULT_ORGANIZATION
+
+Key = tuple[str, str]
+"""(organization, runner ID or request ID): IDs are unique per organisation only."""
 
 
 def _canonical(value: Any) -> str:
@@ -54,10 +60,11 @@ class Simulator:
             self.faults.set_latency("*", self.config.latency)
         self._base_clock = self.config.clock or time.time
         self._offset = 0.0
-        self._runners: dict[str, Runner] = {}
-        self._order: list[str] = []  # runner IDs, sorted, for pagination
-        self._clusters: dict[str, str] = {}  # cluster ID -> runner ID
-        self._requests: dict[str, tuple[str, str, dict[str, Any]]] = {}  # request ID -> (body, runner, first)
+        self.organizations: dict[str, str] = dict(self.config.organizations)
+        self._runners: dict[Key, Runner] = {}
+        self._order: list[Key] = []  # sorted, so one organisation's runners are a contiguous page run
+        self._clusters: dict[str, Key] = {}  # cluster ID -> runner, across organisations
+        self._requests: dict[Key, tuple[str, str, dict[str, Any]]] = {}  # -> (body, runner ID, first)
         self._state = StateFile(self.config.state_file) if self.config.state_file else None
         if self._state is not None:
             self._load(self._state.load())
@@ -77,12 +84,39 @@ class Simulator:
 
     def advance(self, now: float | None = None) -> None:
         """Apply every transition due by `now` to every runner (reads do this lazily anyway)."""
-        for runner_id in list(self._order):
-            self._live(runner_id, now)
+        for key in list(self._order):
+            self._live(key, now)
+
+    # == organisations ===================================================================
+
+    def organization_of(self, token: str | None) -> str:
+        """The organisation a bearer token acts in; unmapped tokens share the default one."""
+        return self.organizations.get(token or "", ORG)
+
+    def set_organizations(self, tokens: Mapping[str, str], *, merge: bool = False) -> dict[str, str]:
+        """Replace (or with merge=True extend) the token -> organisation map; mapped tokens are admins."""
+        checked: dict[str, str] = {}
+        for token, organization in tokens.items():
+            if not isinstance(token, str) or not token or not isinstance(organization, str):
+                raise ValueError("tokens must map non-empty token strings to organisation names")
+            checked[token] = organization
+        if not merge:
+            self.organizations.clear()
+        self.organizations.update(checked)
+        return dict(self.organizations)
+
+    def organization_counts(self) -> dict[str, int]:
+        """Stored runners per organisation (every organisation that has one)."""
+        counts: dict[str, int] = {}
+        for organization, _ in self._order:
+            counts[organization] = counts.get(organization, 0) + 1
+        return counts
 
     # == API operations ==================================================================
 
-    def create(self, body: Any, request_id: str | None = None, *, copy: bool = True) -> dict[str, Any]:
+    def create(
+        self, body: Any, request_id: str | None = None, *, copy: bool = True, organization: str = ORG
+    ) -> dict[str, Any]:
         if not request_id and self.config.require_request_id:
             raise errors.invalid_field("request_id", "missing idempotency token")
         decoded = self._decode(body)
@@ -101,34 +135,39 @@ class Simulator:
         if problems:
             raise errors.invalid(problems)
         fingerprint = _canonical(decoded)
-        if request_id and request_id in self._requests:
-            seen, runner_id, first = self._requests[request_id]
+        request_key = (organization, request_id or "")
+        if request_id and request_key in self._requests:
+            seen, runner_id, first = self._requests[request_key]
             if seen != fingerprint:
                 raise errors.invalid_field(
                     "request_id", "this request ID was already used with a different request body"
                 )
-            live = self._live(runner_id)
+            live = self._live((organization, runner_id))
             return live.render(self.releases, copy) if live else deepcopy(first)
         runner_id, cluster_id = identity["runner_id"], identity["cluster_id"]
         if self.config.known_clusters_only and cluster_id not in self.config.cluster_names:
             raise ApiError(5, f"cluster {cluster_id!r} not found")
-        if self._live(runner_id) is not None:
+        if self._live((organization, runner_id)) is not None:
             raise errors.already_exists(runner_id, f"managed runner {runner_id!r} already exists")
         holder = self._clusters.get(cluster_id)
         if holder is not None and self._live(holder) is not None:
+            if holder[0] != organization:  # never name another organisation's runner
+                raise ApiError(
+                    6, f"cluster {cluster_id!r} already has a managed runner of another organization"
+                )
             raise errors.already_exists(
-                holder, f"cluster {cluster_id!r} already has managed runner {holder!r}"
+                holder[1], f"cluster {cluster_id!r} already has managed runner {holder[1]!r}"
             )
-        runner = self._new_runner(decoded)
+        runner = self._new_runner(decoded, organization)
         result = runner.render(self.releases)
         if request_id:
-            self._requests[request_id] = (fingerprint, runner_id, deepcopy(result))
+            self._requests[request_key] = (fingerprint, runner_id, deepcopy(result))
         self._saved()
         return result
 
-    def get(self, runner_id: str, *, copy: bool = True) -> dict[str, Any]:
+    def get(self, runner_id: str, *, copy: bool = True, organization: str = ORG) -> dict[str, Any]:
         """The runner; copy=False shares cached sub-trees (serialise the result at once)."""
-        return self._require(runner_id).render(self.releases, copy)
+        return self._require(runner_id, organization).render(self.releases, copy)
 
     def list_runners(
         self,
@@ -137,14 +176,17 @@ class Simulator:
         cluster_id: str | None = None,
         *,
         copy: bool = True,
+        organization: str = ORG,
     ) -> dict[str, Any]:
         size = self._page_size(page_size)
         after = self._decode_token(page_token, cluster_id) if page_token else ""
-        start = bisect.bisect_right(self._order, after) if after else 0
+        start = bisect.bisect_right(self._order, (organization, after))
         page: list[Runner] = []
         more = False
-        for runner_id in list(self._order[start:]):
-            runner = self._live(runner_id)
+        for key in list(self._order[start:]):
+            if key[0] != organization:
+                break
+            runner = self._live(key)
             if runner is None or (cluster_id and runner.cluster_id != cluster_id):
                 continue
             if len(page) == size:
@@ -157,12 +199,18 @@ class Simulator:
         return out
 
     def update(
-        self, runner_id: str, body: Any, update_mask: str | Iterable[str] | None, *, copy: bool = True
+        self,
+        runner_id: str,
+        body: Any,
+        update_mask: str | Iterable[str] | None,
+        *,
+        copy: bool = True,
+        organization: str = ORG,
     ) -> dict[str, Any]:
         paths = self._parse_mask(update_mask)
         decoded = self._decode(body)
         self._refuse_legacy(decoded)
-        runner = self._require(runner_id)
+        runner = self._require(runner_id, organization)
         body_id = decoded.get("identity", {}).get("runner_id")
         if self.config.reject_id_mismatch and body_id and body_id != runner_id:
             raise errors.invalid_field(
@@ -183,8 +231,10 @@ class Simulator:
                 )
         return self._apply(runner, decoded, paths).render(self.releases, copy)
 
-    def delete(self, runner_id: str, allow_missing: bool = False) -> dict[str, Any]:
-        runner = self._live(runner_id)
+    def delete(
+        self, runner_id: str, allow_missing: bool = False, *, organization: str = ORG
+    ) -> dict[str, Any]:
+        runner = self._live((organization, runner_id))
         if runner is None:
             if allow_missing:
                 return {}
@@ -194,8 +244,10 @@ class Simulator:
             self._saved()
         return {}
 
-    def apply_available_update(self, runner_id: str, *, copy: bool = True) -> dict[str, Any]:
-        runner = self._require(runner_id)
+    def apply_available_update(
+        self, runner_id: str, *, copy: bool = True, organization: str = ORG
+    ) -> dict[str, Any]:
+        runner = self._require(runner_id, organization)
         if not runner.update_available(self.releases):
             raise errors.precondition(
                 f"managed runner {runner_id!r} has no update available",
@@ -259,7 +311,12 @@ class Simulator:
     def set_latency(self, endpoint: str = "*", seconds: float = 0.0) -> None:
         self.faults.set_latency(endpoint, seconds)
 
+    def set_bare404(self, prefix: str = API_PREFIX, enabled: bool = True) -> None:
+        """Answer API paths under `prefix` with a plain-text 404, as a proxy or wrong base path does."""
+        self.faults.set_bare404(prefix, enabled)
+
     def clear_faults(self) -> None:
+        """Drop every scripted fault, error rate, latency and bare-404 prefix."""
         self.faults.clear()
 
     def fail_install(
@@ -268,9 +325,11 @@ class Simulator:
         reason: str = "RUNNER_INSTALL_ERROR_REASON_INSTALL_FAILED",
         message: str = "injected install failure",
         immediately: bool = True,
+        *,
+        organization: str = ORG,
     ) -> dict[str, Any]:
         """Install fails now (or, with immediately=False, when the pending install would finish)."""
-        runner = self._require(runner_id)
+        runner = self._require(runner_id, organization)
         if immediately:
             runner.fail(self.now(), reason, message)
         else:
@@ -278,22 +337,22 @@ class Simulator:
         self._saved()
         return runner.render(self.releases)
 
-    def recover_install(self, runner_id: str) -> dict[str, Any]:
-        runner = self._require(runner_id)
+    def recover_install(self, runner_id: str, *, organization: str = ORG) -> dict[str, Any]:
+        runner = self._require(runner_id, organization)
         runner.fail_install = False
         if runner.install_status == FAILED:
             runner.recover(self.now(), self.timings)
         self._saved()
         return runner.render(self.releases)
 
-    def disconnect(self, runner_id: str) -> dict[str, Any]:
-        runner = self._require(runner_id)
+    def disconnect(self, runner_id: str, *, organization: str = ORG) -> dict[str, Any]:
+        runner = self._require(runner_id, organization)
         runner.disconnect(self.now(), self.timings)
         self._saved()
         return runner.render(self.releases)
 
-    def reconnect(self, runner_id: str) -> dict[str, Any]:
-        runner = self._require(runner_id)
+    def reconnect(self, runner_id: str, *, organization: str = ORG) -> dict[str, Any]:
+        runner = self._require(runner_id, organization)
         runner.reconnect(self.now())
         self._saved()
         return runner.render(self.releases)
@@ -310,9 +369,11 @@ class Simulator:
         self._saved()
         return version
 
-    def edit_out_of_band(self, runner_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    def edit_out_of_band(
+        self, runner_id: str, changes: dict[str, Any], *, organization: str = ORG
+    ) -> dict[str, Any]:
         """Change displayName / identity.runnerGroupId / spec / policy behind the operator's back."""
-        runner = self._require(runner_id)
+        runner = self._require(runner_id, organization)
         decoded = self._decode(changes)
         paths: set[str] = set()
         for key, value in changes.items():
@@ -326,19 +387,25 @@ class Simulator:
             raise ValueError(f"cannot edit {sorted(unsupported)} out of band")
         return self._apply(runner, decoded, paths).render(self.releases)
 
-    def delete_out_of_band(self, runner_id: str, immediately: bool = True) -> None:
+    def delete_out_of_band(
+        self, runner_id: str, immediately: bool = True, *, organization: str = ORG
+    ) -> None:
         """Remove a runner without the API (immediately=False: start a normal decommission)."""
-        runner = self._require(runner_id)
+        runner = self._require(runner_id, organization)
         if immediately:
             self._forget(runner)
         else:
             runner.start_deletion(self.now(), self.timings)
         self._saved()
 
-    def create_out_of_band(self, body: dict[str, Any], installed: bool = True) -> dict[str, Any]:
+    def create_out_of_band(
+        self, body: dict[str, Any], installed: bool = True, *, organization: str = ORG
+    ) -> dict[str, Any]:
         """Create a runner as if someone else did; installed=True makes it READY and CONNECTED now."""
-        result = self.create(body, request_id=f"out-of-band-{secrets.token_hex(8)}")
-        runner = self._runners[result["identity"]["runnerId"]]
+        result = self.create(
+            body, request_id=f"out-of-band-{secrets.token_hex(8)}", organization=organization
+        )
+        runner = self._runners[(organization, result["identity"]["runnerId"])]
         if installed:
             now = self.now()
             runner.install_status, runner.next_at = "PROVISIONING", now
@@ -347,7 +414,7 @@ class Simulator:
         return runner.render(self.releases)
 
     def reset(self) -> None:
-        """Forget every runner, request ID, fault, log entry, timing and release change."""
+        """Forget every runner, request ID, fault, log entry, timing, release and organisation change."""
         self._runners.clear()
         self._order.clear()
         self._clusters.clear()
@@ -356,12 +423,14 @@ class Simulator:
         self.log.clear()
         self.timings = replace(self.config.timings)
         self.releases = dict(self.config.releases)
+        self.organizations = dict(self.config.organizations)
         self._offset = 0.0
         self._saved()
 
-    def runner_ids(self) -> list[str]:
+    def runner_ids(self, organization: str = ORG) -> list[str]:
+        """IDs of the organisation's runners, sorted."""
         self.advance()
-        return list(self._order)
+        return [runner_id for owner, runner_id in self._order if owner == organization]
 
     def __len__(self) -> int:
         return len(self._runners)
@@ -467,7 +536,7 @@ class Simulator:
             self._saved()
         return runner
 
-    def _new_runner(self, decoded: dict[str, Any]) -> Runner:
+    def _new_runner(self, decoded: dict[str, Any], organization: str) -> Runner:
         identity = decoded["identity"]
         now = self.now()
         spec = decoded["spec"]
@@ -485,10 +554,11 @@ class Simulator:
             update_time=now,
             channel_version=self.releases.get(spec["release_channel"], "unknown"),
             next_at=now + self.timings.install_seconds,
+            organization=organization,
         )
-        self._runners[runner.runner_id] = runner
-        bisect.insort(self._order, runner.runner_id)
-        self._clusters[runner.cluster_id] = runner.runner_id
+        self._runners[runner.key] = runner
+        bisect.insort(self._order, runner.key)
+        self._clusters[runner.cluster_id] = runner.key
         return runner
 
     def _cluster_name(self, cluster_id: str) -> str:
@@ -499,15 +569,16 @@ class Simulator:
     def _etag() -> str:
         return secrets.token_hex(8)
 
-    def _require(self, runner_id: str) -> Runner:
-        runner = self._live(runner_id)
+    def _require(self, runner_id: str, organization: str) -> Runner:
+        """The live runner; another organisation's runner is NOT_FOUND exactly like an unknown one."""
+        runner = self._live((organization, runner_id))
         if runner is None:
             raise errors.not_found(runner_id)
         return runner
 
-    def _live(self, runner_id: str, now: float | None = None) -> Runner | None:
+    def _live(self, key: Key, now: float | None = None) -> Runner | None:
         """The runner with all due transitions applied, or None if absent or gone."""
-        runner = self._runners.get(runner_id)
+        runner = self._runners.get(key)
         if runner is None:
             return None
         events = runner.advance(self.now() if now is None else now, self.timings)
@@ -527,11 +598,12 @@ class Simulator:
         return runner
 
     def _forget(self, runner: Runner) -> None:
-        self._runners.pop(runner.runner_id, None)
-        index = bisect.bisect_left(self._order, runner.runner_id)
-        if index < len(self._order) and self._order[index] == runner.runner_id:
+        key = runner.key
+        self._runners.pop(key, None)
+        index = bisect.bisect_left(self._order, key)
+        if index < len(self._order) and self._order[index] == key:
             del self._order[index]
-        if self._clusters.get(runner.cluster_id) == runner.runner_id:
+        if self._clusters.get(runner.cluster_id) == key:
             del self._clusters[runner.cluster_id]
 
     def _page_size(self, raw: str | int | None) -> int:
@@ -567,25 +639,31 @@ class Simulator:
     # -- persistence ---------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
+        """Runners carry their organisation; requests are [organization, request ID, body, runner, first]."""
         return {
-            "version": 1,
+            "version": 2,
             "offset": self._offset,
             "releases": self.releases,
-            "runners": [self._runners[r].to_state() for r in self._order],
-            "requests": {k: list(v) for k, v in self._requests.items()},
+            "runners": [self._runners[key].to_state() for key in self._order],
+            "requests": [[org, request_id, *v] for (org, request_id), v in self._requests.items()],
         }
 
     def _load(self, data: dict[str, Any] | None) -> None:
+        """Version 1 snapshots (no organisations) load into the default organisation."""
         if not data:
             return
         self._offset = float(data.get("offset", 0.0))
         self.releases.update(data.get("releases", {}))
         for item in data.get("runners", []):
             runner = Runner.from_state(item)
-            self._runners[runner.runner_id] = runner
-            self._clusters[runner.cluster_id] = runner.runner_id
+            self._runners[runner.key] = runner
+            self._clusters[runner.cluster_id] = runner.key
         self._order = sorted(self._runners)
-        self._requests = {k: (v[0], v[1], v[2]) for k, v in data.get("requests", {}).items()}
+        requests = data.get("requests", {})
+        if isinstance(requests, dict):  # version 1: {request ID: [body, runner, first]}
+            self._requests = {(ORG, k): (v[0], v[1], v[2]) for k, v in requests.items()}
+        else:
+            self._requests = {(v[0], v[1]): (v[2], v[3], v[4]) for v in requests}
 
     def _saved(self) -> None:
         if self._state is not None:

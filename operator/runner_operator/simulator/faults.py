@@ -15,6 +15,9 @@ from runner_operator.simulator.errors import ApiError
 
 ENDPOINTS = ("create", "get", "list", "update", "delete", "applyAvailableUpdate")
 ANY = "*"
+API_PREFIX = "/v1/sandbox/managedRunners"
+CONTROL_PREFIX = "/_sim"
+BARE_404 = "bare404"
 
 FaultKind = Literal["error", "drop", "hang", "lose"]
 
@@ -71,6 +74,8 @@ class FaultPlan:
     scripted: dict[str, deque[Scripted]] = field(default_factory=dict)
     rates: dict[str, Rate] = field(default_factory=dict)
     latency: dict[str, float] = field(default_factory=dict)
+    bare404: set[str] = field(default_factory=set)
+    """path prefixes answered with a plain-text 404, as by a proxy without a route (contract A.27)."""
 
     def add(self, endpoint: str, fault: Scripted) -> None:
         if fault.remaining < 1:
@@ -92,10 +97,25 @@ class FaultPlan:
             raise ValueError("latency must not be negative")
         self.latency[check_endpoint(endpoint)] = seconds
 
+    def set_bare404(self, prefix: str, enabled: bool) -> None:
+        if not prefix.startswith("/"):
+            raise ValueError("prefix must be an absolute path such as " + API_PREFIX)
+        if prefix.startswith(CONTROL_PREFIX):
+            raise ValueError(f"the control API {CONTROL_PREFIX} is never misrouted")
+        if enabled:
+            self.bare404.add(prefix)
+        else:
+            self.bare404.discard(prefix)
+
+    def misrouted(self, path: str) -> bool:
+        """True when `path` falls under a bare-404 prefix (plain string prefix match)."""
+        return any(path.startswith(prefix) for prefix in self.bare404)
+
     def clear(self) -> None:
         self.scripted.clear()
         self.rates.clear()
         self.latency.clear()
+        self.bare404.clear()
 
     def decide(self, endpoint: str) -> Decision:
         latency = self.latency.get(endpoint, self.latency.get(ANY, 0.0))
@@ -126,6 +146,7 @@ class FaultPlan:
             "scripted": {k: [asdict(f) for f in q] for k, q in self.scripted.items() if q},
             "rates": {k: {"rate": r.probability, "status": r.status} for k, r in self.rates.items()},
             "latency": dict(self.latency),
+            "bare404": sorted(self.bare404),
         }
 
 

@@ -59,7 +59,13 @@ class Runner:
     ready_at: float | None = None
     install_error: dict[str, Any] | None = None
     fail_install: bool = False  # armed fault: the pending install ends in FAILED
+    organization: str = ""  # owner; runner IDs are unique per organisation only
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(organization, runner ID): the store key, since two organisations may reuse an ID."""
+        return (self.organization, self.runner_id)
 
     # -- transitions -------------------------------------------------------------------
 

@@ -46,7 +46,12 @@ def _status(code: int, message: str = "server says no", details: list[Any] | Non
         pytest.param(503, _status(14), errors.Unavailable, "UNAVAILABLE", True, id="unavailable"),
         pytest.param(504, _status(4), errors.Unavailable, "DEADLINE_EXCEEDED", True, id="deadline"),
         pytest.param(502, b"<html>bad gateway</html>", errors.Unavailable, "INTERNAL", True, id="html-5xx"),
-        pytest.param(404, b"", errors.NotFound, "NOT_FOUND", False, id="empty-404"),
+        pytest.param(404, b"", errors.Misrouted, "MISROUTED", True, id="empty-404-is-not-absence"),
+        pytest.param(
+            404, b"404 page not found", errors.Misrouted, "MISROUTED", True, id="proxy-404-is-not-absence"
+        ),
+        pytest.param(404, _status(13), errors.Misrouted, "MISROUTED", True, id="404-other-code"),
+        pytest.param(404, {"error": _status(5)}, errors.NotFound, "NOT_FOUND", False, id="wrapped-not-found"),
         pytest.param(501, None, errors.Unimplemented, "UNIMPLEMENTED", False, id="bare-501"),
         pytest.param(418, b"teapot", errors.CloudError, "UNKNOWN", False, id="unmapped-4xx"),
         pytest.param(400, _status(14), errors.CloudError, "UNAVAILABLE", False, id="4xx-never-transient"),
@@ -131,3 +136,23 @@ def test_message_keeps_server_text_truncated() -> None:
 
 def test_message_falls_back_to_reason_phrase() -> None:
     assert errors.from_response(_response(503, b"")).message == "Service Unavailable"
+
+
+def _not_found_naming(name: str) -> dict[str, Any]:
+    info = {"@type": "type.googleapis.com/google.rpc.ResourceInfo", "resourceName": name}
+    return _status(5, details=[info])
+
+
+@pytest.mark.parametrize(
+    ("name", "about"),
+    [
+        pytest.param("managedRunners/r1", True, id="names-the-runner"),
+        pytest.param("r1", True, id="bare-id"),
+        pytest.param("managedRunners/r2", False, id="names-another-runner"),
+        pytest.param("routes/v1", False, id="names-a-route"),
+    ],
+)
+def test_not_found_is_about_the_runner_it_names(name: str, about: bool) -> None:
+    error = errors.from_response(_response(404, _not_found_naming(name)))
+    assert isinstance(error, errors.NotFound)
+    assert error.names("r1") is about

@@ -39,6 +39,7 @@ def runners(draw: st.DrawFn, runner_id: str = "r1") -> Any:
         "policy": draw(st.sampled_from([{}, {"displayName": "p"}])),
         "etag": "e1",
         "connectionStatus": draw(st.sampled_from([None, "RUNNER_CONNECTION_STATUS_CONNECTED"])),
+        "createTime": draw(st.sampled_from([None, "2026-11-30T12:00:00Z", "2026-12-01T12:00:03Z"])),
         "activeRevision": draw(st.integers(0, 3)),
         "targetRevision": draw(st.integers(0, 3)),
     }

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 
-from runner_operator.simulator.config import SimulatorConfig, Timings
+from runner_operator.simulator.config import DEV_ADMIN_TOKEN, SimulatorConfig, Timings
 from runner_operator.simulator.core import Simulator
+from runner_operator.simulator.server import RunningServer, serve
+
+ADMIN = {"Authorization": f"Bearer {DEV_ADMIN_TOKEN}"}
 
 START = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
@@ -51,3 +56,15 @@ def runner(
     }
     body.update(extra)
     return body
+
+
+@pytest.fixture
+async def server(clock: ManualClock) -> AsyncIterator[RunningServer]:
+    async with await serve(SimulatorConfig(clock=clock, timings=Timings(), log_requests=False)) as running:
+        yield running
+
+
+@pytest.fixture
+async def http(server: RunningServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=server.url, headers=ADMIN, timeout=5.0) as client:
+        yield client

@@ -3,31 +3,18 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from runner_operator.simulator.config import DEV_ADMIN_TOKEN, DEV_USER_TOKEN, SimulatorConfig, Timings
+from runner_operator.simulator.config import DEV_ADMIN_TOKEN, DEV_USER_TOKEN, SimulatorConfig
 from runner_operator.simulator.server import RunningServer, parse_args, serve
 from tests.unit.simulator.conftest import ManualClock, runner
 
 RUNNERS = "/v1/sandbox/managedRunners"
 ADMIN = {"Authorization": f"Bearer {DEV_ADMIN_TOKEN}"}
-
-
-@pytest.fixture
-async def server(clock: ManualClock) -> AsyncIterator[RunningServer]:
-    async with await serve(SimulatorConfig(clock=clock, timings=Timings(), log_requests=False)) as running:
-        yield running
-
-
-@pytest.fixture
-async def http(server: RunningServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server.url, headers=ADMIN, timeout=5.0) as client:
-        yield client
 
 
 async def create(
