@@ -40,6 +40,7 @@ CLUSTER_GRANTS = [
     "cluster:managedrunners/status:patch",
     "cluster:events:create",
     "cluster:secrets:get",
+    "cluster:secrets:patch",
 ]
 NAMESPACED_GRANTS = [
     "cluster:customresourcedefinitions:list,watch",
@@ -48,6 +49,7 @@ NAMESPACED_GRANTS = [
     "ns:managedrunners/status:patch",
     "ns:events:create",
     "ns:secrets:get",
+    "ns:secrets:patch",
     "ns-named:secrets:get",
 ]
 # Value sets that `helm lint`, `helm template` and the API server must all accept.

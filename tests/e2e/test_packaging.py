@@ -263,6 +263,7 @@ APPLICATION = {
     ("sandbox.coreweave.com", "managedrunners", "status", "patch"),
     ("", "events", "", "create"),
     ("", "secrets", "", "get"),
+    ("", "secrets", "", "patch"),
 }
 
 
@@ -349,7 +350,8 @@ def _evidence(proof: Proof, kube: Kube) -> str | None:
         return str(cond["message"]) if cond.get("reason") == "SecretAccessDenied" else None
     if grant.resources == ("secrets",):
         # Cluster-wide operators also handle each other's runners: read this one's own log.
-        needles = [f"may not read Secret {ns}/coreweave-api (403)"]
+        verb = "read" if "get" in grant.verbs else "patch"
+        needles = [f"may not {verb} Secret {ns}/coreweave-api (403)"]
     else:
         needles = [f'cannot {v} resource "{r}"' for r in grant.resources for v in grant.verbs]
     return next((line for line in log.splitlines() if any(n in line for n in needles)), None)

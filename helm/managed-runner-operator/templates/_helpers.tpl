@@ -95,4 +95,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+# Application: keep the in-use finalizer on a ManagedRunner's credentials Secret, so deleting the namespace
+# cannot take the token away before the runner is decommissioned.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["patch"]
 {{- end }}

@@ -1,0 +1,167 @@
+"""docs/safety.md: the ownership rules in plain words, each with the tests that prove it.
+
+The page is generated here (UPDATE_DOCS=1 rewrites it) and every test it cites must exist, so a rule
+cannot outlive its proof.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "safety.md"
+OWN = "tests/unit/core/test_ownership_rules.py"
+E2E = "tests/e2e/test_ownership.py"
+
+# (rule, plain words, [file::test or file::test[param id]])
+RULES: list[tuple[str, str, list[str]]] = [
+    (
+        "Absence is evidence only when the API itself says so",
+        "A runner is taken as gone only on the API's own NOT_FOUND: a google.rpc.Status body with code 5 "
+        "for that runner. A 404 without that body (a proxy, a wrong base path, an ingress without a "
+        "route), a NOT_FOUND that names another resource, a 401 or a 403 is an endpoint or credentials "
+        "problem: it is reported (Synced=False, Stalled=True, reason EndpointMisrouted or the credentials "
+        "reason) and never leads to a create, a forgotten binding or a released finalizer.",
+        [
+            "tests/unit/cloud/test_errors.py::test_classification[empty-404-is-not-absence]",
+            "tests/unit/cloud/test_errors.py::test_classification[proxy-404-is-not-absence]",
+            "tests/unit/cloud/test_errors.py::test_not_found_is_about_the_runner_it_names",
+            f"{E2E}::test_bare_404s_never_recreate_nor_release",
+        ],
+    ),
+    (
+        "Only the credential that last saw a runner can prove it gone",
+        "status.credentialFingerprint records which credential (a salted hash, never the token) last saw "
+        "the runner or reserved its create. A NOT_FOUND read with any other credential, such as a token "
+        "of another organization, proves nothing: no recreate, no release, reason RunnerNotVisible. "
+        "Switching back to the credential that saw it resumes normal work. An out-of-band deletion seen "
+        "with the same credential is still recreated.",
+        [
+            f"{OWN}::test_rule[absent-with-another-credential-is-not-recreated]",
+            f"{OWN}::test_rule[absent-with-another-credential-does-not-replay-a-reserved-create]",
+            f"{OWN}::test_rule[deleting-absent-with-another-credential-keeps-the-finalizer]",
+            f"{OWN}::test_rule[deleting-absent-with-the-same-credential-releases]",
+            f"{OWN}::test_rule[replaced-runner-absent-with-another-credential-is-not-forgotten]",
+            f"{E2E}::test_token_of_another_organization_neither_recreates_nor_releases",
+        ],
+    ),
+    (
+        "Nothing destroys or forgets a runner without that evidence",
+        "For every combination of facts the planner can see, an action that deletes a runner outside a "
+        "deletion is an opted-in, unpaused, unblocked replacement, and an action that forgets a runner "
+        "(release, recreate, forget the replaced one) follows the API's NOT_FOUND read with the same "
+        "credential, or proof that the runner was never this resource's.",
+        [f"{OWN}::test_nothing_destroys_or_forgets_a_runner_without_evidence"],
+    ),
+    (
+        "Deletion needs only what deletion keeps",
+        "deletionPolicy: Orphan releases the finalizer from the resource alone, without credentials or "
+        "any call. Delete needs only the token, never env Secrets. While a ManagedRunner uses a credentials "
+        "Secret, the Secret carries the finalizer sandbox.coreweave.com/credentials-in-use, so deleting the "
+        "namespace or the Argo CD application cannot take the token away first; the finalizer goes when "
+        "no ManagedRunner needs the Secret any more.",
+        [
+            f"{OWN}::test_rule[orphan-releases-without-any-evidence]",
+            f"{E2E}::test_secret_deleted_before_the_resource[Orphan]",
+            f"{E2E}::test_secret_deleted_before_the_resource[Delete]",
+            f"{E2E}::test_namespace_deletion_decommissions_every_runner",
+        ],
+    ),
+    (
+        "Replacement is break-before-make, and breaks only what can be rebuilt",
+        "The runner ID is the API's key and a cluster holds one runner, so a replacement cannot be made "
+        "beside the old runner (make-before-break is impossible). Before the old runner is deleted the "
+        "operator proves what it can: the resource is not paused, the new ID is claimed by no other "
+        "ManagedRunner, it does not exist in the cloud (unless spec.adopt takes it over), and the new "
+        "cluster holds no other runner. Otherwise the old runner is kept and the condition says why.",
+        [
+            f"{OWN}::test_rule[paused-replacement-sends-nothing]",
+            f"{OWN}::test_rule[paused-cluster-replacement-sends-nothing]",
+            f"{OWN}::test_rule[replacement-onto-an-id-taken-in-the-cloud-keeps-the-old-runner]",
+            f"{OWN}::test_rule[replacement-onto-an-id-claimed-by-another-resource-keeps-the-old-runner]",
+            f"{OWN}::test_rule[replacement-onto-a-taken-cluster-keeps-the-old-runner]",
+            f"{OWN}::test_rule[cluster-replacement-onto-a-taken-cluster-keeps-the-runner]",
+            f"{E2E}::test_paused_identity_change_with_replace_makes_no_call",
+            f"{E2E}::test_replacement_onto_a_taken_or_claimed_id_keeps_the_old_runner",
+        ],
+    ),
+    (
+        "A lost create is found whatever the server says to its replay",
+        "The create key and the time it was reserved are written to status before any create is sent. "
+        "A runner found unbound is first checked by replaying the create with that key; if the server "
+        "refuses the replay (ALREADY_EXISTS, or a body mismatch because the spec was edited meanwhile), "
+        "the runner is this resource's when it was created after the key was reserved and its identity "
+        "matches (Event CreateConfirmed); it is someone else's when it existed before. When nothing can "
+        "tell, a deleting resource neither deletes nor releases it (OwnershipUnknown).",
+        [
+            f"{OWN}::test_rule[refused-replay-binds-a-runner-created-after-the-key-was-reserved]",
+            f"{OWN}::test_rule[refused-replay-of-an-older-runner-is-taken]",
+            f"{OWN}::test_rule[deleting-with-unknown-ownership-neither-deletes-nor-releases]",
+            f"{OWN}::test_bind_needs_the_identity_to_match",
+            f"{E2E}::test_lost_create_response_then_edit_binds_its_own_runner",
+        ],
+    ),
+    (
+        "Every resource says how it is, whatever failed",
+        "After its first pass every ManagedRunner carries Ready, Synced and Stalled. A problem only a person "
+        "can fix (rejected token, missing Secret, misrouted endpoint, taken ID, invalid spec) is "
+        "Stalled=True and Ready=False with the reason, and PHASE shows it, so kubectl wait and dashboards "
+        "work.",
+        [f"{E2E}::test_rejected_token_shows_ready_false"],
+    ),
+    (
+        "A spec this version cannot read is reported once and still deletable",
+        "After a rollback to a version that does not know a newer field, the resource says InvalidSpec "
+        "once (no Event or status write per pass) and deletion works from identity and credentials alone.",
+        [f"{E2E}::test_unreadable_spec_is_reported_once_and_still_deletable"],
+    ),
+]
+
+
+def render() -> str:
+    lines = [
+        "# Ownership rules",
+        "",
+        "<!-- Generated by tests/unit/test_safety_doc.py: UPDATE_DOCS=1 pytest that file. -->",
+        "",
+        "The operator creates and destroys cloud runners. These rules say when it may, in plain words, each",
+        "with the tests that prove it (unit tables run everywhere; the e2e tests run on a real",
+        "kube-apiserver, kube-controller-manager and the simulator, and end by asserting the cloud).",
+        "",
+    ]
+    for number, (title, words, proofs) in enumerate(RULES, 1):
+        lines += [f"## {number}. {title}", "", words, "", "Proved by:", ""]
+        lines += [f"- `{proof}`" for proof in proofs]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _declared(path: str) -> tuple[set[str], set[str]]:
+    """Test function names and pytest.param ids declared in a file."""
+    tree = ast.parse((ROOT / path).read_text())
+    names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    ids = set(re.findall(r'id="([^"]+)"', (ROOT / path).read_text()))
+    ids |= set(re.findall(r'"(Orphan|Delete)"', (ROOT / path).read_text()))
+    return names, ids
+
+
+@pytest.mark.parametrize("proof", [proof for _, _, proofs in RULES for proof in proofs])
+def test_every_cited_test_exists(proof: str) -> None:
+    path, _, test = proof.partition("::")
+    name, _, param = test.partition("[")
+    names, ids = _declared(path)
+    assert name in names, proof
+    if param:
+        assert param.rstrip("]") in ids, proof
+
+
+def test_safety_doc_is_current() -> None:
+    text = render()
+    if os.environ.get("UPDATE_DOCS") == "1":
+        DOC.write_text(text)
+    assert DOC.read_text() == text, "docs/safety.md is stale: UPDATE_DOCS=1 pytest " + __file__
