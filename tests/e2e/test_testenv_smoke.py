@@ -1,11 +1,15 @@
-"""Smoke tests proving the e2e tier talks to a real Kubernetes API server (issue 2)."""
+"""Smoke tests proving the e2e tier talks to a real Kubernetes API server (issue 2) and that
+namespace deletion and garbage collection are real (a kube-controller-manager runs)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client, watch
@@ -14,6 +18,7 @@ from tests.e2e.kube import Kube, wait_for
 
 DATA = Path(__file__).parent / "data"
 GROUP, VERSION, PLURAL = "testenv.example.com", "v1", "widgets"
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +146,173 @@ def test_rbac_denies_then_allows_a_service_account(kube: Kube, widgets: str) -> 
     write = kube.kubectl("delete", "widget", "kept", "-n", ns, kubeconfig=sa_config, check=False)
     assert write.returncode != 0
     assert "forbidden" in write.stderr.lower()
+
+
+# -- kube-controller-manager: namespace deletion and garbage collection are real -----------------
+
+DELETE_TIMEOUT = 60.0
+
+
+def _read_or_none(read: Callable[[], T]) -> T | None:
+    try:
+        return read()
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _configmap(kube: Kube, ns: str, name: str) -> client.V1ConfigMap | None:
+    return _read_or_none(lambda: kube.core.read_namespaced_config_map(name, ns))
+
+
+def _create_configmap(
+    kube: Kube,
+    ns: str,
+    name: str,
+    *,
+    finalizers: list[str] | None = None,
+    owner: client.V1ConfigMap | None = None,
+) -> client.V1ConfigMap:
+    owners = None
+    if owner is not None:
+        owners = [
+            client.V1OwnerReference(
+                api_version="v1", kind="ConfigMap", name=owner.metadata.name, uid=owner.metadata.uid
+            )
+        ]
+    meta = client.V1ObjectMeta(name=name, finalizers=finalizers, owner_references=owners)
+    created: client.V1ConfigMap = kube.core.create_namespaced_config_map(
+        ns, client.V1ConfigMap(metadata=meta, data={"k": "v"})
+    )
+    return created
+
+
+def _gone(kube: Kube, ns: str) -> bool:
+    return _read_or_none(lambda: kube.core.read_namespace(ns)) is None
+
+
+def test_namespace_deletion_completes(kube: Kube, record_property: Callable[[str, object], None]) -> None:
+    ns = kube.new_namespace("nsdel")
+    _create_configmap(kube, ns, "settings")
+    kube.create_secret(ns, "credentials", {"token": "x"})
+    started = time.monotonic()
+    kube.core.delete_namespace(ns)
+    wait_for(lambda: _gone(kube, ns), timeout=DELETE_TIMEOUT, interval=0.5, what=f"namespace {ns} deleted")
+    took = time.monotonic() - started
+    record_property("namespace_deletion_seconds", round(took, 2))
+    print(f"namespace deletion took {took:.1f}s")
+
+
+def test_finalizer_holds_a_terminating_namespace_until_removed(kube: Kube) -> None:
+    ns = kube.new_namespace("nsfin")
+    _create_configmap(kube, ns, "held", finalizers=["testenv.example.com/hold"])
+    kube.create_secret(ns, "plain", {"token": "x"})
+    kube.core.delete_namespace(ns)
+
+    def finalizers_remaining() -> bool:
+        namespace = kube.core.read_namespace(ns)
+        conditions = {c.type: c.status for c in namespace.status.conditions or []}
+        held = conditions.get("NamespaceFinalizersRemaining") == "True"
+        return bool(namespace.status.phase == "Terminating" and held)
+
+    # The namespace controller has been through the namespace: it deleted what it could and
+    # reports the finalizer that holds the rest.
+    wait_for(finalizers_remaining, timeout=DELETE_TIMEOUT, what="NamespaceFinalizersRemaining")
+    wait_for(
+        lambda: _read_or_none(lambda: kube.core.read_namespaced_secret("plain", ns)) is None,
+        timeout=DELETE_TIMEOUT,
+        what="the Secret deleted by the namespace controller",
+    )
+    time.sleep(3)
+    held = _configmap(kube, ns, "held")
+    assert held is not None
+    assert held.metadata.deletion_timestamp is not None
+    assert kube.core.read_namespace(ns).status.phase == "Terminating"
+
+    kube.core.patch_namespaced_config_map("held", ns, {"metadata": {"finalizers": None}})
+    wait_for(lambda: _gone(kube, ns), timeout=DELETE_TIMEOUT, interval=0.5, what=f"namespace {ns} deleted")
+
+
+@pytest.mark.parametrize("propagation", ["Background", "Foreground", "Orphan"])
+def test_garbage_collector_follows_owner_references(kube: Kube, propagation: str) -> None:
+    ns = kube.new_namespace("gc")
+    owner = _create_configmap(kube, ns, "owner")
+    _create_configmap(kube, ns, "dependent", owner=owner)
+    _create_configmap(kube, ns, "bystander")
+    kube.core.delete_namespaced_config_map(
+        "owner", ns, body=client.V1DeleteOptions(propagation_policy=propagation)
+    )
+    # Foreground and Orphan put a finalizer on the owner that only the garbage collector removes.
+    wait_for(lambda: _configmap(kube, ns, "owner") is None, timeout=DELETE_TIMEOUT, what="owner deleted")
+    if propagation == "Orphan":
+        dependent = wait_for(
+            lambda: (
+                (cm := _configmap(kube, ns, "dependent")) is not None
+                and not cm.metadata.owner_references
+                and cm
+            ),
+            timeout=DELETE_TIMEOUT,
+            what="the dependent orphaned (ownerReference removed)",
+        )
+        assert dependent.metadata.deletion_timestamp is None
+    else:
+        wait_for(
+            lambda: _configmap(kube, ns, "dependent") is None,
+            timeout=DELETE_TIMEOUT,
+            what="the dependent garbage-collected",
+        )
+    assert _configmap(kube, ns, "bystander") is not None
+
+
+def test_token_controller_fills_legacy_token_secrets(kube: Kube) -> None:
+    ns = kube.new_namespace("satoken")
+    kube.core.create_namespaced_service_account(
+        ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="bot"))
+    )
+    kube.core.create_namespaced_secret(
+        ns,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(
+                name="bot-token", annotations={"kubernetes.io/service-account.name": "bot"}
+            ),
+            type="kubernetes.io/service-account-token",
+        ),
+    )
+    secret = wait_for(
+        lambda: (s := kube.core.read_namespaced_secret("bot-token", ns)).data and "token" in s.data and s,
+        timeout=DELETE_TIMEOUT,
+        what="the token controller to fill the Secret",
+    )
+    token = base64.b64decode(secret.data["token"]).decode()
+    # The apiserver accepts the token: the controller signed it with the key it verifies with.
+    review = client.AuthenticationV1Api(kube.api).create_token_review(
+        client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token))
+    )
+    assert review.status.authenticated, review.status
+    assert review.status.user.username == f"system:serviceaccount:{ns}:bot"
+
+
+def test_controller_manager_survives_an_apiserver_restart(kube: Kube) -> None:
+    if kube.cluster is None:
+        pytest.skip("needs the local control plane (restarts its kube-apiserver)")
+    manager = kube.cluster.process("kube-controller-manager")
+    kube.cluster.restart_apiserver()
+    assert manager.poll() is None, "the controller manager exited when the apiserver went away"
+    ns = kube.new_namespace("restart")
+    owner = _create_configmap(kube, ns, "owner")
+    _create_configmap(kube, ns, "dependent", owner=owner)
+    kube.core.delete_namespaced_config_map("owner", ns)
+    wait_for(
+        lambda: _configmap(kube, ns, "dependent") is None,
+        timeout=DELETE_TIMEOUT,
+        what="garbage collection after the restart",
+    )
+    kube.core.delete_namespace(ns)
+    wait_for(
+        lambda: _gone(kube, ns),
+        timeout=DELETE_TIMEOUT,
+        interval=0.5,
+        what="namespace deleted after the restart",
+    )
+    assert manager.poll() is None

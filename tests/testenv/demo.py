@@ -1,4 +1,4 @@
-"""The embedded default: local kube-apiserver + API simulator + operator + the example ManagedRunner.
+"""The embedded default: local control plane + API simulator + operator + the example ManagedRunner.
 
 Run by `scripts/demo`. It prints progress until the example is Ready, then leaves everything
 running for the user to explore with kubectl (Ctrl-C stops it all), or exits with --exit-when-ready.
@@ -34,15 +34,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for Ready")
     args = parser.parse_args(argv)
+    # SIGTERM's default action would kill this process at once and leak every child (each runs in
+    # its own session); turn it into an exit that runs the cleanup below.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
     shutil.rmtree(WORKDIR, ignore_errors=True)
     WORKDIR.mkdir(parents=True)
     cluster = LocalCluster(WORKDIR / "cluster")
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        step("starting etcd + kube-apiserver v1.37.2 on loopback")
+        step("starting etcd + kube-apiserver + kube-controller-manager v1.37.2 on loopback")
         cluster.start()
-        step(f"API server ready in {cluster.started_in:.1f}s at {cluster.server}")
+        step(
+            f"control plane ready in {cluster.started_in:.1f}s at {cluster.server} "
+            f"(controller manager: {cluster.ready_in['kube-controller-manager']:.1f}s, "
+            f"{cluster.rss_mib('kube-controller-manager'):.0f} MiB)"
+        )
         kubeconfig = cluster.kubeconfig
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(ROOT / "operator")}
 
@@ -111,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.exit_when_ready:
             return 0
         print("\nEverything keeps running; press Ctrl-C to stop.")
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        # Block before waiting: an unblocked fatal signal kills the process even inside sigwait,
+        # and a blocked SIGINT is queued even when a non-interactive shell started us ignoring it.
+        stop_signals = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+        signal.sigwait(stop_signals)
         return 0
     finally:
         for proc in reversed(procs):
@@ -123,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
                     os.killpg(proc.pid, signal.SIGKILL)
         cluster.stop()
         step("stopped")
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _secrets_needed(runner: dict[str, object]) -> list[dict[str, object]]:
