@@ -142,16 +142,22 @@ async def runner_claims(
 
 @kopf.index(GROUP, VERSION, PLURAL)
 async def credential_users(
-    spec: kopf.Spec, status: kopf.Status, namespace: str | None, uid: str | None, **_: Any
+    spec: kopf.Spec,
+    status: kopf.Status,
+    meta: kopf.Meta,
+    namespace: str | None,
+    uid: str | None,
+    **_: Any,
 ) -> dict[str, Any]:
-    """namespace/Secret -> uid of each ManagedRunner that uses or protected that credentials Secret.
+    """namespace/Secret -> (uid, deleting?) of each ManagedRunner that uses or protected that Secret.
 
     Read raw (not through the model) so a spec this version cannot parse still counts as a user.
     """
     names = {status.get("credentialsSecret")}
     ref = (spec.get("credentials") or {}).get("secretRef") or {}
     names.add(ref.get("name"))
-    return {f"{namespace}/{name}": str(uid) for name in names if isinstance(name, str) and name}
+    user = (str(uid), meta.get("deletionTimestamp") is not None)
+    return {f"{namespace}/{name}": user for name in names if isinstance(name, str) and name}
 
 
 def drop_managed_fields(body: kopf.Body) -> bool:
@@ -317,8 +323,10 @@ async def _pass(
             bound_here=memo.bound.get(uid),
         )
         credentials: Credentials = memo.credentials
-        if res.deleting and res.spec.deletion_policy == "Orphan":
-            outcome = reconciling.released(res, ctx, orphaned=True)  # needs no credentials at all
+        orphan = res.spec.deletion_policy == "Orphan"
+        if res.deleting and (orphan or reconciling.never_sent(res, memo.bound.get(uid))):
+            # Orphan, or nothing was ever sent to the API: no credentials, no call needed.
+            outcome = reconciling.released(res, ctx, orphaned=orphan)
         else:
             outcome = await _with_credentials(res, ctx, credentials, creating=uid not in memo.bound)
         await _release_secrets(credentials, res, outcome, users or {})
@@ -374,12 +382,46 @@ async def _release_secrets(
     for name in {previous, current} - done:
         if not name:
             continue
-        others = [uid for uid in users.get(f"{res.namespace}/{name}", ()) if uid != res.uid]
+        others = _other_users(users, res.namespace, name, res.uid)
         if not others:
-            try:
-                await credentials.unprotect(res.namespace, name)
-            except CredentialsProblem as exc:
-                log.warning("%s/%s: %s", res.namespace, res.name, exc.message)
+            await _unprotect(credentials, res.namespace, name)
+        elif all(deleting for _, deleting in others):
+            # Users deleted together (a namespace teardown) may each see the other still listed; the
+            # last one to go re-checks once the index has caught up, so the Secret is never stranded.
+            task = asyncio.create_task(
+                _unprotect_when_unused(credentials, users, res.namespace, name, res.uid)
+            )
+            _BACKGROUND.add(task)
+            task.add_done_callback(_BACKGROUND.discard)
+
+
+_BACKGROUND: set[asyncio.Task[None]] = set()
+RECHECK_INTERVAL, RECHECK_TIMES = 2.0, 30
+
+
+def _other_users(users: Mapping[str, Any], namespace: str, name: str, uid: str) -> list[tuple[str, bool]]:
+    return [(u, d) for u, d in users.get(f"{namespace}/{name}", ()) if u != uid]
+
+
+async def _unprotect_when_unused(
+    credentials: Credentials, users: Mapping[str, Any], namespace: str, name: str, uid: str
+) -> None:
+    """Re-read the live index a few times; unprotect once no other ManagedRunner uses the Secret."""
+    for _ in range(RECHECK_TIMES):
+        await asyncio.sleep(RECHECK_INTERVAL)
+        others = _other_users(users, namespace, name, uid)
+        if not others:
+            await _unprotect(credentials, namespace, name)
+            return
+        if not all(deleting for _, deleting in others):
+            return  # a live user keeps it
+
+
+async def _unprotect(credentials: Credentials, namespace: str, name: str) -> None:
+    try:
+        await credentials.unprotect(namespace, name)
+    except CredentialsProblem as exc:
+        log.warning("Secret %s/%s keeps its in-use finalizer: %s", namespace, name, exc.message)
 
 
 def _record(registry: metrics.Registry, uid: str, outcome: Outcome) -> None:

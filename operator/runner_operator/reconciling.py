@@ -232,6 +232,11 @@ def _summary(exc: ValueError) -> str:
     return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
 
 
+def never_sent(res: resource.ManagedRunnerResource, bound_here: str | None) -> bool:
+    """Nothing was ever sent that could have made a runner: no binding, no reserved create key."""
+    return not (res.status.get("runnerId") or bound_here or res.status.get("createRequestId"))
+
+
 def released(res: resource.ManagedRunnerResource, ctx: Context, *, orphaned: bool) -> Outcome:
     """The finalizer may go: the API confirmed the runner gone, or it is orphaned (no call needed)."""
     reason, message = (

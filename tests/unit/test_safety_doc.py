@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "safety.md"
 OWN = "tests/unit/core/test_ownership_rules.py"
 E2E = "tests/e2e/test_ownership.py"
+SHELL = "tests/unit/core/test_ownership_shell.py"
 
 # (rule, plain words, [file::test or file::test[param id]])
 RULES: list[tuple[str, str, list[str]]] = [
@@ -31,6 +32,7 @@ RULES: list[tuple[str, str, list[str]]] = [
             "tests/unit/cloud/test_errors.py::test_classification[empty-404-is-not-absence]",
             "tests/unit/cloud/test_errors.py::test_classification[proxy-404-is-not-absence]",
             "tests/unit/cloud/test_errors.py::test_not_found_is_about_the_runner_it_names",
+            f"{SHELL}::test_bare_404_while_bound_or_deleting_is_reported_never_acted_on",
             f"{E2E}::test_bare_404s_never_recreate_nor_release",
         ],
     ),
@@ -47,6 +49,8 @@ RULES: list[tuple[str, str, list[str]]] = [
             f"{OWN}::test_rule[deleting-absent-with-another-credential-keeps-the-finalizer]",
             f"{OWN}::test_rule[deleting-absent-with-the-same-credential-releases]",
             f"{OWN}::test_rule[replaced-runner-absent-with-another-credential-is-not-forgotten]",
+            f"{SHELL}::test_not_found_with_another_credential_is_not_acted_on",
+            f"{SHELL}::test_out_of_band_deletion_seen_with_the_same_credential_is_recreated",
             f"{E2E}::test_token_of_another_organization_neither_recreates_nor_releases",
         ],
     ),
@@ -67,6 +71,7 @@ RULES: list[tuple[str, str, list[str]]] = [
         "no ManagedRunner needs the Secret any more.",
         [
             f"{OWN}::test_rule[orphan-releases-without-any-evidence]",
+            "tests/unit/core/test_ownership_shell.py::test_identity_is_enough_to_delete_an_unreadable_spec",
             f"{E2E}::test_secret_deleted_before_the_resource[Orphan]",
             f"{E2E}::test_secret_deleted_before_the_resource[Delete]",
             f"{E2E}::test_namespace_deletion_decommissions_every_runner",
@@ -103,6 +108,8 @@ RULES: list[tuple[str, str, list[str]]] = [
             f"{OWN}::test_rule[refused-replay-of-an-older-runner-is-taken]",
             f"{OWN}::test_rule[deleting-with-unknown-ownership-neither-deletes-nor-releases]",
             f"{OWN}::test_bind_needs_the_identity_to_match",
+            f"{SHELL}::test_a_refused_replay_decides_on_the_creation_time[created-after-reservation-is-ours]",
+            f"{SHELL}::test_a_refused_replay_decides_on_the_creation_time[created-before-reservation-is-not]",
             f"{E2E}::test_lost_create_response_then_edit_binds_its_own_runner",
         ],
     ),
@@ -112,13 +119,20 @@ RULES: list[tuple[str, str, list[str]]] = [
         "can fix (rejected token, missing Secret, misrouted endpoint, taken ID, invalid spec) is "
         "Stalled=True and Ready=False with the reason, and PHASE shows it, so kubectl wait and dashboards "
         "work.",
-        [f"{E2E}::test_rejected_token_shows_ready_false"],
+        [
+            f"{SHELL}::test_a_person_fixable_failure_says_ready_false_and_stalled",
+            f"{E2E}::test_rejected_token_shows_ready_false",
+        ],
     ),
     (
         "A spec this version cannot read is reported once and still deletable",
         "After a rollback to a version that does not know a newer field, the resource says InvalidSpec "
         "once (no Event or status write per pass) and deletion works from identity and credentials alone.",
-        [f"{E2E}::test_unreadable_spec_is_reported_once_and_still_deletable"],
+        [
+            f"{SHELL}::test_an_unreadable_spec_is_reported_once",
+            f"{SHELL}::test_identity_is_enough_to_delete_an_unreadable_spec",
+            f"{E2E}::test_unreadable_spec_is_reported_once_and_still_deletable",
+        ],
     ),
 ]
 
