@@ -288,7 +288,10 @@ async def _perform(
     match action:
         case planning.ReserveRequestId(request_id, recreate):
             extra["createRequestId"] = request_id
-            extra["createRequestedTime"] = _rfc3339(now)
+            # Full precision: a runner created in the same second but before the key is not ours.
+            extra["createRequestedTime"] = (
+                now.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+            )
             if ctx.credential:
                 extra["credentialFingerprint"] = ctx.credential
             extra["phase"] = "Creating"

@@ -15,6 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "safety.md"
+SOAK = ROOT / "bench" / "SOAK.md"
+"""The last long soak's report (`python -m bench.soak --minutes 20 --out bench/SOAK.md`)."""
 OWN = "tests/unit/core/test_ownership_rules.py"
 E2E = "tests/e2e/test_ownership.py"
 SHELL = "tests/unit/core/test_ownership_shell.py"
@@ -110,6 +112,7 @@ RULES: list[tuple[str, str, list[str]]] = [
             f"{OWN}::test_bind_needs_the_identity_to_match",
             f"{SHELL}::test_a_refused_replay_decides_on_the_creation_time[created-after-reservation-is-ours]",
             f"{SHELL}::test_a_refused_replay_decides_on_the_creation_time[created-before-reservation-is-not]",
+            f"{SHELL}::test_the_reservation_time_keeps_sub_second_precision",
             f"{E2E}::test_lost_create_response_then_edit_binds_its_own_runner",
         ],
     ),
@@ -152,6 +155,15 @@ def render() -> str:
         lines += [f"## {number}. {title}", "", words, "", "Proved by:", ""]
         lines += [f"- `{proof}`" for proof in proofs]
         lines.append("")
+    lines += [
+        "Across all of them, a randomized soak (`bench/soak.py`; `tests/e2e/test_soak.py` runs 2 minutes of",
+        "it in CI) edits, deletes, re-identifies and pauses 50+ ManagedRunners, deletes credentials Secrets,",
+        "injects API faults and bare 404s, SIGKILLs the operator and restarts the API server, then checks",
+        "that the cloud holds exactly the runners the resources say.",
+        "",
+    ]
+    if SOAK.exists():
+        lines += ["#" + SOAK.read_text().rstrip("\n"), ""]
     return "\n".join(lines)
 
 

@@ -204,3 +204,11 @@ def test_identity_is_enough_to_delete_an_unreadable_spec() -> None:
     found = resource.ManagedRunnerResource.identity_only(body)
     assert found is not None
     assert (found.spec.runner_id, found.spec.deletion_policy, found.deleting) == ("owned", "Orphan", True)
+
+
+async def test_the_reservation_time_keeps_sub_second_precision(cloud: CloudClient) -> None:
+    """A runner someone created earlier in the same second must not look created after our key."""
+    obj = Object()
+    obj.seconds = 0.25
+    await obj.step(cloud)
+    assert obj.body["status"]["createRequestedTime"] == "2026-12-02T12:00:01.250000Z"
