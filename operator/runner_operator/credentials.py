@@ -27,8 +27,9 @@ from runner_operator.settings import Settings
 
 SecretGetter = Callable[[str, str], Mapping[str, str] | None]
 """(namespace, name) -> decoded Secret data, or None when the Secret does not exist."""
-SecretGuard = Callable[[str, str, bool], None]
-"""(namespace, name, in use) -> add or remove IN_USE_FINALIZER on that Secret (idempotent)."""
+SecretGuard = Callable[[str, str, bool], bool]
+"""(namespace, name, in use) -> add or remove IN_USE_FINALIZER on that Secret (idempotent); False when
+the Secret is gone or, when adding, already being deleted (so nothing was protected)."""
 Reader = Callable[[str, str], Awaitable[Mapping[str, str] | None]]
 
 IN_USE_FINALIZER = "sandbox.coreweave.com/credentials-in-use"
@@ -84,7 +85,7 @@ def kubernetes_secret_guard() -> SecretGuard:
 
     core = client.CoreV1Api()
 
-    def guard(namespace: str, name: str, in_use: bool) -> None:
+    def guard(namespace: str, name: str, in_use: bool) -> bool:
         metadata: dict[str, object] = (
             {"finalizers": [IN_USE_FINALIZER]}
             if in_use
@@ -99,11 +100,11 @@ def kubernetes_secret_guard() -> SecretGuard:
             )
         except client.ApiException as exc:
             if exc.status == 404:
-                return  # gone already: nothing to protect or release
+                return False  # gone already: nothing to protect or release
             if exc.status == 422 and in_use:
                 # A Secret already being deleted takes no new finalizer; it stays readable meanwhile.
                 log.warning("Secret %s/%s is being deleted: it cannot be protected", namespace, name)
-                return
+                return False
             if exc.status == 403:
                 raise CredentialsProblem(
                     "SecretAccessDenied",
@@ -113,6 +114,7 @@ def kubernetes_secret_guard() -> SecretGuard:
             raise CredentialsProblem(
                 "SecretReadFailed", f"protecting Secret {namespace}/{name} failed: HTTP {exc.status}"
             ) from None
+        return True
 
     return guard
 
@@ -142,8 +144,8 @@ class Credentials:
         """Keep IN_USE_FINALIZER on this credentials Secret (one patch per Secret per process)."""
         if self.guard is None or (namespace, name) in self._protected:
             return
-        await asyncio.to_thread(self.guard, namespace, name, True)
-        self._protected.add((namespace, name))
+        if await asyncio.to_thread(self.guard, namespace, name, True):
+            self._protected.add((namespace, name))
 
     async def unprotect(self, namespace: str, name: str) -> None:
         """Drop IN_USE_FINALIZER: no ManagedRunner needs this Secret any more."""

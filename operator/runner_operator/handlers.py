@@ -374,11 +374,16 @@ async def _release_secrets(
 ) -> None:
     """Drop the in-use finalizer from credentials Secrets this resource no longer needs, if no other does.
 
-    On release every Secret it used goes; otherwise only one it protected before and has switched from.
+    On release every Secret it used goes. Otherwise only one it protected before and has switched
+    from, and only once the new credentials have proved themselves (they saw the runner, or nothing
+    was ever sent): until then the old Secret may be the only way left to reach the runner.
     """
     previous = res.status.get("credentialsSecret")
     current = res.spec.credentials.secret_ref.name if res.spec.credentials else None
-    done = set() if outcome.release else {current}
+    switched = outcome.status.get("credentialsSecret", previous) == current and (
+        "installStatus" in outcome.status or reconciling.never_sent(res, None)
+    )
+    done = set() if outcome.release else {current} if switched else {current, previous}
     for name in {previous, current} - done:
         if not name:
             continue

@@ -7,7 +7,7 @@ reports. Every branch is a row in tests/unit/test_planning.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from runner_operator.cloud import diff
 from runner_operator.cloud.models import InstallStatus, ManagedRunner
@@ -48,6 +48,8 @@ class Facts:
     """the create replay with our key was refused (ALREADY_EXISTS or a body mismatch)."""
     cluster_holder: str | None = None
     """the runner, other than the one being replaced, that holds the desired cluster (replacements only)."""
+    seen_created: datetime | None = None
+    """the creation time of the runner this resource holds, as last seen (status.createTime)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,16 @@ class Conflict:
 
     reason: str
     message: str
+    forget_request: bool = False
+    """the reserved create key provably made nothing: drop it (later passes adopt or report, no replay)."""
+
+
+CLOCK_MARGIN = timedelta(minutes=5)
+"""How far the operator's clock and the API's may disagree when creation times are compared.
+
+A runner created less than this before our create key was reserved is neither ours nor proved
+someone else's: the resource stalls (OwnershipUnknown) instead of guessing.
+"""
 
 
 Action = (
@@ -152,6 +164,8 @@ def plan(facts: Facts) -> Action:
         return _plan_absent(facts)
     if not facts.bound:
         return _plan_unbound(facts, observed)
+    if _another_runner(facts, observed):
+        return _not_visible(facts, _runner_id(facts))
     changed = identity_changes(facts.desired, observed)
     if changed and facts.replace:
         return _plan_replacement(facts, _runner_id(facts), observed)
@@ -237,6 +251,20 @@ def _plan_replacement(facts: Facts, old_id: str, old: ManagedRunner | None) -> A
     return Delete(old_id, replacing=True)
 
 
+def _another_runner(facts: Facts, observed: ManagedRunner) -> bool:
+    """With a new credential, a runner under our ID that was created at another time is not ours.
+
+    Runner IDs are unique per organization only: another organization's token may find its own
+    runner with the same ID, which must never be updated, deleted or mirrored as ours.
+    """
+    return (
+        facts.credential_changed
+        and facts.seen_created is not None
+        and observed.create_time is not None
+        and observed.create_time != facts.seen_created
+    )
+
+
 def _not_visible(facts: Facts, runner_id: str) -> Conflict:
     """NOT_FOUND read with a credential other than the one that last saw the runner proves nothing."""
     return Conflict(
@@ -284,16 +312,13 @@ def _plan_deletion(facts: Facts) -> Action:
                 if _created_after_reservation(facts):
                     return Bind()
                 if _created_before_reservation(facts):
-                    return Release()  # provably not ours: it existed before our key did
-                return Conflict(
-                    "OwnershipUnknown",
-                    f"cannot tell whether runner {_runner_id(facts)!r} was created by this resource (its "
-                    "create replay was refused and no reservation time is recorded): it is neither deleted "
-                    "nor released. Set spec.deletionPolicy: Orphan to leave it, or delete it in CoreWeave",
-                )
+                    return Release()  # provably not ours: it existed well before our key did
+                return _ownership_unknown(facts)
             # A create may have landed before a crash: replaying it proves whether the runner is ours.
             return Create(facts.desired, facts.request_id)
         return Release()
+    if _another_runner(facts, observed):
+        return _not_visible(facts, _runner_id(facts))
     if observed.install_status == InstallStatus.DELETING:
         return Wait("Deleting", "the runner is being decommissioned")
     return Delete(_runner_id(facts))
@@ -319,7 +344,11 @@ def _plan_unbound(facts: Facts, observed: ManagedRunner) -> Action:
         if facts.replay_refused:
             if _created_after_reservation(facts):
                 return Bind()
-            return _taken(facts)
+            if _created_before_reservation(facts):
+                return _taken(facts)
+            if facts.adopt and not identity_changes(facts.desired, observed):
+                return Adopt()  # the person decided: it is managed from here either way
+            return _ownership_unknown(facts)
         # Our create may have succeeded before we could record it; the same key replays it.
         return Create(facts.desired, facts.request_id)
     if not facts.adopt:
@@ -342,17 +371,35 @@ def _taken(facts: Facts) -> Conflict:
         "RunnerIdTaken",
         f"a runner with ID {_runner_id(facts)!r} already exists and was not created by this resource; "
         "set spec.adopt: true to manage it, or choose another runnerId",
+        forget_request=True,
+    )
+
+
+def _ownership_unknown(facts: Facts) -> Conflict:
+    """Neither proof holds: keep the key (so nothing is forgotten) and let a person decide."""
+    return Conflict(
+        "OwnershipUnknown",
+        f"cannot tell whether runner {_runner_id(facts)!r} was created by this resource: the replay of its "
+        "create was refused and the runner's creation time is too close to (or missing next to) the "
+        "reservation of the create key to decide. Nothing is deleted, adopted or released: set "
+        "spec.adopt: true to manage it, spec.deletionPolicy: Orphan to leave it, or delete it in CoreWeave",
     )
 
 
 def _created_before_reservation(facts: Facts) -> bool:
-    """Proof that an unbound runner is not ours: it existed before our create key did."""
+    """Proof that an unbound runner is not ours: our create could not have made it.
+
+    Its identity differs from the one we sent, or it existed well before our key (clocks differ).
+    """
     observed = facts.observed
+    if observed is None:
+        return False
+    if identity_changes(facts.desired, observed):
+        return True
     return (
         facts.reserved_at is not None
-        and observed is not None
         and observed.create_time is not None
-        and observed.create_time < facts.reserved_at
+        and observed.create_time < facts.reserved_at - CLOCK_MARGIN
     )
 
 

@@ -153,8 +153,8 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     ),
     "OwnershipUnknown": (
         (EVENT, READY, SYNCED, STALLED),
-        "Deleting: a create replay was refused and nothing proves whether the runner is this resource's; it "
-        "is neither deleted nor released (set deletionPolicy: Orphan, or delete it in CoreWeave).",
+        "A create replay was refused and nothing proves whether the runner is this resource's: nothing is "
+        "deleted, adopted or released (set spec.adopt: true, or deletionPolicy: Orphan).",
     ),
     "ReplacementTargetTaken": (
         (EVENT, READY, SYNCED, STALLED),

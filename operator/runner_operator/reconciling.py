@@ -114,9 +114,9 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
         # A pass can run on a body older than our last status write; what this process bound counts.
         bound = res.spec.runner_id in (held_id, ctx.bound_here)
         request_id = res.status.get("createRequestId")
-        # An absence from a list leads to no write only for a runner nothing may have created yet.
-        trusted = not bound and not res.deleting and not request_id
-        observed = await _find(cloud, ctx, res.spec.runner_id, trust_absence=trusted)
+        # Absence is confirmed with a direct GET even before a create key is reserved: a list may be
+        # older than a runner someone else just made, and the reservation time must postdate it.
+        observed = await _find(cloud, ctx, res.spec.runner_id)
         held_elsewhere = str(held_id) if held_id and held_id != res.spec.runner_id else None
         held = await _find(cloud, ctx, held_elsewhere) if held_elsewhere else None
         recorded = res.status.get("credentialFingerprint")
@@ -136,6 +136,7 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
             held=held,
             credential_changed=bool(recorded and ctx.credential and recorded != ctx.credential),
             reserved_at=_parse_time(res.status.get("createRequestedTime")),
+            seen_created=_parse_time(res.status.get("createTime")),
         )
         if not res.deleting and _may_replace(facts):
             holder = await _cluster_holder(cloud, ctx, res.spec.cluster_id)
@@ -167,9 +168,9 @@ def _may_replace(facts: planning.Facts) -> bool:
 
 
 async def _cluster_holder(cloud: CloudClient, ctx: Context, cluster_id: str) -> str | None:
-    """The runner that holds `cluster_id` in the cloud, from the shared snapshot when there is one."""
+    """The runner that holds `cluster_id` in the cloud, from a list taken now (it may decide a delete)."""
     if ctx.cache is not None:
-        runners = await ctx.cache.runners(ctx.max_age)
+        runners = await ctx.cache.runners(0)
     else:
         runners = [runner async for runner in cloud.iter_runners()]
     for runner in runners:
@@ -469,9 +470,10 @@ async def _perform(
                 extra["plan"] = _would(dataclasses.replace(facts, paused=False))
             return _observed(res, facts, ctx, observed, events, extra)
         case planning.Conflict(reason, message):
-            mirrored = observed if facts.bound else None  # never mirror a runner this resource does not own
-            if facts.replay_refused:
-                extra["createRequestId"] = None  # not ours: later passes adopt or report without calls
+            # Never mirror a runner this resource does not own (or that a new credential found instead).
+            mirrored = observed if facts.bound and reason != "RunnerNotVisible" else None
+            if action.forget_request:
+                extra["createRequestId"] = None  # provably not ours: later passes adopt or report, no replay
             status = _status(
                 res,
                 ctx,

@@ -64,6 +64,25 @@ def phase(runner: ManagedRunner | None) -> str:
     return PHASES.get(status, "Unknown")
 
 
+FIXED_OUTSIDE_THE_SPEC = frozenset(
+    {
+        "CredentialsRejected",
+        "PermissionDenied",
+        "CredentialsMissing",
+        "CredentialsSecretNotFound",
+        "CredentialsKeyMissing",
+        "SecretNotFound",
+        "SecretKeyMissing",
+        "SecretAccessDenied",
+        "SecretReadFailed",
+        "EndpointMisrouted",
+        "RunnerNotVisible",
+    }
+)
+"""Stalled reasons a person fixes outside the spec (a Secret, the token, a route): no spec change wakes
+the resource, so it is looked at again at the medium cadence rather than the slow one."""
+
+
 def cadence(status: Mapping[str, Any]) -> str:
     """How soon to look again, from the status alone (kopf timer filters call this on every event).
 
@@ -72,6 +91,8 @@ def cadence(status: Mapping[str, Any]) -> str:
     """
     conds = {str(c.get("type")): c for c in status.get("conditions") or () if isinstance(c, Mapping)}
     ready, synced, stalled = conds.get("Ready", {}), conds.get("Synced", {}), conds.get("Stalled", {})
+    if stalled.get("status") == "True" and synced.get("reason") in FIXED_OUTSIDE_THE_SPEC:
+        return "medium"  # Secrets and endpoints are not watched: notice a person's fix within a minute
     if stalled.get("status") == "True" or synced.get("reason") == "Paused":
         return "slow"
     if synced.get("status") == "False":

@@ -43,8 +43,10 @@ RULES: list[tuple[str, str, list[str]]] = [
         "status.credentialFingerprint records which credential (a salted hash, never the token) last saw "
         "the runner or reserved its create. A NOT_FOUND read with any other credential, such as a token "
         "of another organization, proves nothing: no recreate, no release, reason RunnerNotVisible. "
-        "Switching back to the credential that saw it resumes normal work. An out-of-band deletion seen "
-        "with the same credential is still recreated.",
+        "Switching back to the credential that saw it resumes normal work. Runner IDs are unique per "
+        "organization only, so a runner found under the same ID with a new credential but created at "
+        "another time is not this resource's either: it is never updated, deleted or mirrored. An "
+        "out-of-band deletion seen with the same credential is still recreated.",
         [
             f"{OWN}::test_rule[absent-with-another-credential-is-not-recreated]",
             f"{OWN}::test_rule[absent-with-another-credential-does-not-replay-a-reserved-create]",
@@ -53,6 +55,8 @@ RULES: list[tuple[str, str, list[str]]] = [
             f"{OWN}::test_rule[replaced-runner-absent-with-another-credential-is-not-forgotten]",
             f"{SHELL}::test_not_found_with_another_credential_is_not_acted_on",
             f"{SHELL}::test_out_of_band_deletion_seen_with_the_same_credential_is_recreated",
+            f"{OWN}::test_rule[another-organizations-runner-with-our-id-is-not-ours]",
+            f"{OWN}::test_rule[another-organizations-runner-with-our-id-is-never-deleted]",
             f"{E2E}::test_token_of_another_organization_neither_recreates_nor_releases",
         ],
     ),
@@ -70,13 +74,19 @@ RULES: list[tuple[str, str, list[str]]] = [
         "any call. Delete needs only the token, never env Secrets. While a ManagedRunner uses a credentials "
         "Secret, the Secret carries the finalizer sandbox.coreweave.com/credentials-in-use, so deleting the "
         "namespace or the Argo CD application cannot take the token away first; the finalizer goes when "
-        "no ManagedRunner needs the Secret any more.",
+        "no ManagedRunner needs the Secret any more. A Secret the spec switched away from keeps it until the "
+        "new credentials have seen the runner.",
         [
             f"{OWN}::test_rule[orphan-releases-without-any-evidence]",
             "tests/unit/core/test_ownership_shell.py::test_identity_is_enough_to_delete_an_unreadable_spec",
             f"{E2E}::test_secret_deleted_before_the_resource[Orphan]",
             f"{E2E}::test_secret_deleted_before_the_resource[Delete]",
             f"{E2E}::test_namespace_deletion_decommissions_every_runner",
+            "tests/unit/core/test_secret_protection.py::"
+            "test_switching_secrets_keeps_the_old_one_until_the_new_one_saw_the_runner",
+            "tests/unit/core/test_secret_protection.py::"
+            "test_release_drops_the_finalizer_only_when_no_other_resource_uses_the_secret",
+            "tests/unit/core/test_secret_protection.py::test_never_sent_needs_no_credentials_to_delete",
         ],
     ),
     (
@@ -99,16 +109,21 @@ RULES: list[tuple[str, str, list[str]]] = [
     ),
     (
         "A lost create is found whatever the server says to its replay",
-        "The create key and the time it was reserved are written to status before any create is sent. "
-        "A runner found unbound is first checked by replaying the create with that key; if the server "
-        "refuses the replay (ALREADY_EXISTS, or a body mismatch because the spec was edited meanwhile), "
-        "the runner is this resource's when it was created after the key was reserved and its identity "
-        "matches (Event CreateConfirmed); it is someone else's when it existed before. When nothing can "
-        "tell, a deleting resource neither deletes nor releases it (OwnershipUnknown).",
+        "The create key and the time it was reserved (after a direct read found no runner) are written to "
+        "status before any create is sent. A runner found unbound is first checked by replaying the "
+        "create with that key; if the server refuses the replay (ALREADY_EXISTS, or a body mismatch "
+        "because the spec was edited meanwhile), the runner is this resource's when it was created after "
+        "the key was reserved and its identity matches (Event CreateConfirmed); it is someone else's "
+        "when its identity differs or it existed more than 5 minutes (the clock margin) before. In "
+        "between nothing is guessed: the key is kept, nothing is deleted, adopted or released, and the "
+        "resource says OwnershipUnknown until a person sets spec.adopt or deletionPolicy: Orphan.",
         [
             f"{OWN}::test_rule[refused-replay-binds-a-runner-created-after-the-key-was-reserved]",
             f"{OWN}::test_rule[refused-replay-of-an-older-runner-is-taken]",
             f"{OWN}::test_rule[deleting-with-unknown-ownership-neither-deletes-nor-releases]",
+            f"{OWN}::test_rule[refused-replay-within-the-clock-margin-is-unknown]",
+            f"{OWN}::test_rule[refused-replay-without-a-reservation-time-is-unknown-and-keeps-the-key]",
+            f"{OWN}::test_rule[unknown-ownership-with-adopt-is-adopted]",
             f"{OWN}::test_bind_needs_the_identity_to_match",
             f"{SHELL}::test_a_refused_replay_decides_on_the_creation_time[created-after-reservation-is-ours]",
             f"{SHELL}::test_a_refused_replay_decides_on_the_creation_time[created-before-reservation-is-not]",

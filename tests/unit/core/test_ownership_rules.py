@@ -17,6 +17,7 @@ from tests.unit.core.test_planning_properties import facts as any_facts
 RESERVED = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 AFTER = (RESERVED + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
 BEFORE = (RESERVED - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+JUST_BEFORE = (RESERVED - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 OTHER_CLUSTER = "00000000-0000-4000-8000-000000000009"
 
 RULES = [
@@ -177,8 +178,50 @@ RULES = [
     ),
     pytest.param(
         facts(observed=runner(createTime=AFTER, **READY), request_id="k1", replay_refused=True),
-        planning.Conflict("RunnerIdTaken", "x"),
-        id="refused-replay-without-a-reservation-time-is-taken",
+        planning.Conflict("OwnershipUnknown", "x"),
+        id="refused-replay-without-a-reservation-time-is-unknown-and-keeps-the-key",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(createTime=JUST_BEFORE, **READY),
+            request_id="k1",
+            reserved_at=RESERVED,
+            replay_refused=True,
+        ),
+        planning.Conflict("OwnershipUnknown", "x"),
+        id="refused-replay-within-the-clock-margin-is-unknown",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(createTime=JUST_BEFORE, **READY),
+            request_id="k1",
+            reserved_at=RESERVED,
+            replay_refused=True,
+            adopt=True,
+        ),
+        planning.Adopt(),
+        id="unknown-ownership-with-adopt-is-adopted",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(createTime=AFTER, **READY),
+            bound=True,
+            credential_changed=True,
+            seen_created=RESERVED,
+        ),
+        planning.Conflict("RunnerNotVisible", "x"),
+        id="another-organizations-runner-with-our-id-is-not-ours",
+    ),
+    pytest.param(
+        facts(
+            deleting=True,
+            observed=runner(createTime=AFTER, **READY),
+            bound=True,
+            credential_changed=True,
+            seen_created=RESERVED,
+        ),
+        planning.Conflict("RunnerNotVisible", "x"),
+        id="another-organizations-runner-with-our-id-is-never-deleted",
     ),
     pytest.param(
         facts(
@@ -229,6 +272,7 @@ def evidence_facts(draw: st.DrawFn) -> planning.Facts:
         reserved_at=draw(st.none() | st.just(RESERVED)),
         replay_refused=draw(st.booleans()),
         cluster_holder=draw(st.sampled_from([None, None, "r1", "old", "someone-else"])),
+        seen_created=draw(st.none() | st.just(RESERVED)),
     )
 
 
@@ -241,6 +285,8 @@ def _forgets(f: planning.Facts, action: planning.Action) -> bool:
             return True
         case planning.Release(orphaned=False):
             return f.bound or bool(f.request_id) or bool(f.held_id)
+        case planning.Conflict(forget_request=True):
+            return True
     return False
 
 
@@ -250,11 +296,13 @@ def test_nothing_destroys_or_forgets_a_runner_without_evidence(f: planning.Facts
     action = planning.plan(f)
     if _forgets(f, action):
         # The runner provably is not ours (it predates our key, or nothing was ever sent) ...
-        not_ours = (
-            f.observed is not None
-            and f.reserved_at is not None
-            and f.observed.create_time is not None
-            and f.observed.create_time < f.reserved_at
+        not_ours = f.observed is not None and (
+            bool(planning.identity_changes(f.desired, f.observed))
+            or (
+                f.reserved_at is not None
+                and f.observed.create_time is not None
+                and f.observed.create_time < f.reserved_at - planning.CLOCK_MARGIN
+            )
         )
         never_sent = f.observed is not None and not f.bound and not f.request_id and not f.held_id
         if not (not_ours or never_sent):
@@ -277,6 +325,15 @@ def test_nothing_destroys_or_forgets_a_runner_without_evidence(f: planning.Facts
         assert f.observed is not None
         assert f.observed.create_time is not None
         assert f.observed.create_time >= f.reserved_at
+    if (
+        f.credential_changed
+        and f.bound
+        and f.seen_created is not None
+        and f.observed is not None
+        and f.observed.create_time not in (None, f.seen_created)
+    ):
+        assert not isinstance(action, (planning.Delete, planning.Update, planning.ForgetOld))
+        assert action != planning.Release()  # Orphan, the user's explicit choice, may still release
     if f.paused and not f.deleting:
         assert not isinstance(action, (planning.Delete, planning.Create, planning.Update, planning.Adopt))
 

@@ -1,0 +1,91 @@
+"""The in-use finalizer on credentials Secrets: added once per Secret, dropped only when nobody needs it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner_operator import handlers, reconciling, resource
+from runner_operator.credentials import Credentials
+from runner_operator.settings import Settings
+
+
+class Guard:
+    """Records (namespace, name, in_use) calls; answers `result` (False: the Secret could not be patched)."""
+
+    def __init__(self, result: bool = True) -> None:
+        self.calls: list[tuple[str, str, bool]] = []
+        self.result = result
+
+    def __call__(self, namespace: str, name: str, in_use: bool) -> bool:
+        self.calls.append((namespace, name, in_use))
+        return self.result
+
+
+def credentials(guard: Guard) -> Credentials:
+    return Credentials(Settings(), lambda _ns, _name: {"token": "t"}, guard=guard)
+
+
+def res(secret: str, **status: Any) -> resource.ManagedRunnerResource:
+    return resource.ManagedRunnerResource.from_body(
+        {
+            "metadata": {"name": "r", "namespace": "ns", "uid": "u1", "generation": 1},
+            "spec": {
+                "runnerId": "r1",
+                "clusterId": "00000000-0000-4000-8000-000000000001",
+                "zone": "us-east-04a",
+                "policy": {},
+                "credentials": {"secretRef": {"name": secret}},
+            },
+            "status": status,
+        }
+    )
+
+
+async def test_a_protected_secret_is_patched_once_per_process() -> None:
+    guard = Guard()
+    creds = credentials(guard)
+    await creds.protect("ns", "a")
+    await creds.protect("ns", "a")
+    assert guard.calls == [("ns", "a", True)]
+
+
+async def test_a_secret_that_could_not_be_protected_is_tried_again() -> None:
+    guard = Guard(result=False)  # gone, or already being deleted
+    creds = credentials(guard)
+    await creds.protect("ns", "a")
+    await creds.protect("ns", "a")
+    assert guard.calls == [("ns", "a", True), ("ns", "a", True)]
+
+
+def outcome(**status: Any) -> reconciling.Outcome:
+    return reconciling.Outcome(status, release=bool(status.pop("_release", False)))
+
+
+async def test_switching_secrets_keeps_the_old_one_until_the_new_one_saw_the_runner() -> None:
+    guard = Guard()
+    switched = res("b", runnerId="r1", credentialsSecret="a")
+    # The new Secret resolved but the runner was not seen with it (another organization?): keep `a`.
+    await handlers._release_secrets(credentials(guard), switched, outcome(credentialsSecret="b"), {})
+    assert guard.calls == []
+    # The runner was seen with the new credentials: `a` is no longer needed.
+    seen = outcome(credentialsSecret="b", installStatus="RUNNER_INSTALL_STATUS_READY")
+    await handlers._release_secrets(credentials(guard), switched, seen, {})
+    assert guard.calls == [("ns", "a", False)]
+
+
+async def test_release_drops_the_finalizer_only_when_no_other_resource_uses_the_secret() -> None:
+    guard = Guard()
+    gone = res("a", runnerId="r1", credentialsSecret="a")
+    users = {"ns/a": [("u1", True), ("u2", False)]}
+    await handlers._release_secrets(credentials(guard), gone, outcome(_release=True), users)
+    assert guard.calls == [], "u2 still uses it"
+    await handlers._release_secrets(
+        credentials(guard), gone, outcome(_release=True), {"ns/a": [("u1", True)]}
+    )
+    assert guard.calls == [("ns", "a", False)]
+
+
+def test_never_sent_needs_no_credentials_to_delete() -> None:
+    assert reconciling.never_sent(res("a"), None)
+    assert not reconciling.never_sent(res("a", createRequestId="k"), None)
+    assert not reconciling.never_sent(res("a"), "r1")
