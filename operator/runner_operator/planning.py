@@ -209,6 +209,8 @@ def _plan_replacement(facts: Facts, old_id: str, old: ManagedRunner | None) -> A
         if facts.credential_changed:
             return _not_visible(facts, old_id)
         return ForgetOld(old_id)
+    if _another_runner(facts, old):
+        return _not_visible(facts, old_id)
     if old.install_status == InstallStatus.DELETING:
         return Wait(
             "Replacing", f"waiting for runner {old_id} to be decommissioned before creating its replacement"
@@ -298,6 +300,8 @@ def _plan_deletion(facts: Facts) -> Action:
         # Deleted mid-replacement: the old runner is the one this resource holds.
         if facts.held is None:
             return _not_visible(facts, facts.held_id) if facts.credential_changed else Release()
+        if _another_runner(facts, facts.held):
+            return _not_visible(facts, facts.held_id)
         if facts.held.install_status == InstallStatus.DELETING:
             return Wait("Deleting", f"runner {facts.held_id} is being decommissioned")
         return Delete(facts.held_id)

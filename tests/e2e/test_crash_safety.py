@@ -43,13 +43,14 @@ def start_operator(kube: Kube, ns: str, sim: SimulatorThread, tmp_path: Path) ->
     return OperatorProcess(kube.kubeconfig, [ns], sim.url, tmp_path).start()
 
 
-def mutating_calls(sim: SimulatorThread, runner_id: str) -> dict[str, int]:
+def mutating_calls(sim: SimulatorThread, runner_id: str, since: int = 0) -> dict[str, int]:
+    """Successful writes since request number `since`; creates count only without `since` (any runner)."""
     counts: dict[str, int] = {"create": 0, "update": 0, "delete": 0}
-    for entry in sim.requests():
+    for entry in sim.requests()[since:]:
         method, path, status = entry.get("method"), str(entry.get("path", "")), entry.get("status")
         if status != 200:
             continue
-        if method == "POST" and path.endswith("/managedRunners"):
+        if method == "POST" and path.endswith("/managedRunners") and not since:
             counts["create"] += 1
         elif method == "PATCH" and path.endswith(f"/{runner_id}"):
             counts["update"] += 1

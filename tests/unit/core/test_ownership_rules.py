@@ -325,12 +325,13 @@ def test_nothing_destroys_or_forgets_a_runner_without_evidence(f: planning.Facts
         assert f.observed is not None
         assert f.observed.create_time is not None
         assert f.observed.create_time >= f.reserved_at
+    target = f.held if f.held_id else f.observed
     if (
         f.credential_changed
-        and f.bound
+        and (f.bound or f.held_id)
         and f.seen_created is not None
-        and f.observed is not None
-        and f.observed.create_time not in (None, f.seen_created)
+        and target is not None
+        and target.create_time not in (None, f.seen_created)
     ):
         assert not isinstance(action, (planning.Delete, planning.Update, planning.ForgetOld))
         assert action != planning.Release()  # Orphan, the user's explicit choice, may still release
