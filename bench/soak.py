@@ -9,7 +9,8 @@ recreates resources (Delete and Orphan), changes runner IDs (replacementPolicy: 
 and restarts the API server. Then the chaos stops and, once everything has settled, the invariant
 is checked: every runner in the cloud is held by exactly one live resource or was orphaned on
 purpose; every live resource holds its runner; nothing leaked, was duplicated or was destroyed.
-tests/e2e/test_soak.py runs a short version in CI.
+A 2-minute version run inside the shared e2e session did not settle (19 of 60 resources after 300 s);
+it stays out of CI until that is understood.
 """
 
 from __future__ import annotations
