@@ -20,7 +20,7 @@ from runner_operator import conditions, planning, reporting, resource
 from runner_operator.cloud import errors
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
-from runner_operator.cloud.models import ManagedRunner
+from runner_operator.cloud.models import InstallStatus, ManagedRunner
 from runner_operator.desired import MissingSecretValue, SecretValues, desired_runner
 
 Cadence = Literal["fast", "medium", "slow", "none"]
@@ -155,16 +155,17 @@ async def _find(
 
 
 def _may_replace(facts: planning.Facts) -> bool:
-    """Whether this pass may start a replacement, so the new cluster's holder must be known first."""
-    if not facts.replace:
+    """Whether this pass may delete the old runner, so the new cluster's holder must be known first.
+
+    Only then: the holder is read from a fresh list, which the fast passes that wait for the old
+    runner's decommission (or follow it) must not pay for.
+    """
+    if not facts.replace or facts.paused:
         return False
-    if facts.held_id:
-        return True
-    return (
-        facts.bound
-        and facts.observed is not None
-        and bool(planning.identity_changes(facts.desired, facts.observed))
-    )
+    old = facts.held if facts.held_id else facts.observed
+    if old is None or old.install_status == InstallStatus.DELETING:
+        return False
+    return bool(facts.held_id) or (facts.bound and bool(planning.identity_changes(facts.desired, old)))
 
 
 async def _cluster_holder(cloud: CloudClient, ctx: Context, cluster_id: str) -> str | None:
