@@ -57,6 +57,50 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.locks = {}
     memo.bound = {}  # uid -> runner ID this process bound (bridges the gap until the status write shows)
     memo.metrics_server = await _serve_metrics(registry, CONFIG.metrics_port)
+    await wait_until_served(_served_by_discovery, within=CONFIG.startup_timeout)
+
+
+async def wait_until_served(served: Callable[[], bool], *, within: float, interval: float = 2.0) -> None:
+    """Hold the start until the API server's discovery lists ManagedRunners.
+
+    kopf scans discovery once when it starts and later re-scans only on a change to a CRD, so an
+    operator started while the API server is still filling discovery (a control-plane upgrade or
+    restart) would watch nothing until its next restart. Failing after `within` seconds exits the process:
+    the restart that follows is visible, a silent operator is not.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    waited = False
+    while True:
+        try:
+            if await asyncio.to_thread(served):
+                if waited:
+                    log.info("%s.%s/%s is served; starting", PLURAL, GROUP, VERSION)
+                return
+            problem = "not listed by discovery yet"
+        except Exception as exc:  # any failure to read discovery means: not yet
+            problem = f"discovery failed: {type(exc).__name__}"
+        if loop.time() >= deadline:
+            raise kopf.PermanentError(
+                f"{PLURAL}.{GROUP}/{VERSION} not served after {within:.0f}s ({problem}): "
+                "is the CRD installed?"
+            )
+        if not waited:
+            log.warning("waiting for the API server to serve %s.%s/%s (%s)", PLURAL, GROUP, VERSION, problem)
+            waited = True
+        await asyncio.sleep(interval)
+
+
+def _served_by_discovery() -> bool:
+    from kubernetes import client
+
+    try:
+        found = client.CustomObjectsApi().get_api_resources(GROUP, VERSION)
+    except client.ApiException as exc:
+        if exc.status == 404:  # the group/version is not in discovery (yet)
+            return False
+        raise
+    return any(r.name == PLURAL for r in (found.resources or ()))
 
 
 @kopf.on.login()

@@ -37,6 +37,8 @@ class Settings(BaseModel):
     fast_interval: float = Field(default=2.0, gt=0)
     resync_interval: float = Field(default=300.0, gt=0)
     deletion_timeout: float = Field(default=1800.0, gt=0)
+    # How long the start waits for the API server to serve ManagedRunners before giving up.
+    startup_timeout: float = Field(default=300.0, gt=0)
     json_logs: bool = False
     # Prometheus /metrics on this port (0 turns it off); bind failures are logged, never fatal.
     metrics_port: int = Field(default=9090, ge=0, le=65535)

@@ -297,3 +297,40 @@ def test_unreadable_spec_is_reported_once_and_still_deletable(
     delete(kube, ns, "known")
     wait_gone(kube, ns, "known")
     assert sim.runner(runner_id) is None
+
+
+def test_operator_started_while_the_api_server_is_down_serves_once_it_is_back(
+    kube: Kube, crd: str, sim: SimulatorThread, tmp_path: Path
+) -> None:
+    """An operator (re)started during a control-plane restart must not come up watching nothing."""
+    if kube.cluster is None:
+        pytest.skip("needs the local control plane (stops its kube-apiserver)")
+    ns = kube.new_namespace("boot")
+    kube.create_secret(ns, "coreweave-api", {"token": sim.token})
+    proc = OperatorProcess(kube.kubeconfig, [ns], sim.url, tmp_path)
+    body = manifest("booted")
+
+    def start_operator() -> None:
+        proc.start()
+        waiting = "waiting for the API server to serve"
+        wait_for(lambda: waiting in proc.output(), timeout=60, what="a start-up wait")
+
+    try:
+        kube.cluster.restart_apiserver(while_down=start_operator)
+        wait_for(lambda: _served(kube, ns), timeout=60, what="the API server back")
+        create(kube, ns, body)
+        wait_ready(kube, ns, "booted")
+        assert "is served; starting" in proc.output()
+        delete(kube, ns, "booted")
+        wait_gone(kube, ns, "booted")
+    finally:
+        proc.stop()
+    assert runners_on_cluster(sim, body["spec"]["clusterId"]) == []
+
+
+def _served(kube: Kube, ns: str) -> bool:
+    try:
+        kube.custom.list_namespaced_custom_object("sandbox.coreweave.com", "v1alpha1", ns, "managedrunners")
+    except Exception:
+        return False
+    return True

@@ -25,6 +25,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,15 +134,18 @@ class LocalCluster:
                 proc.wait(timeout=10)
         self._procs.clear()
 
-    def restart_apiserver(self) -> None:
+    def restart_apiserver(self, while_down: Callable[[], None] | None = None) -> None:
         """Kill and start the apiserver again on the same port and data (breaks every watch).
 
-        The controller manager keeps running and reconnects by itself, as in a real cluster.
+        `while_down` runs between the two (e.g. to start a client while nothing answers). The
+        controller manager keeps running and reconnects by itself, as in a real cluster.
         """
         api = self._procs["kube-apiserver"]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(api.pid, signal.SIGKILL)
         api.wait(timeout=10)
+        if while_down is not None:
+            while_down()
         self._start_apiserver()
 
     def process(self, name: str) -> subprocess.Popen[bytes]:
