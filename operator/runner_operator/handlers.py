@@ -21,8 +21,8 @@ import aiohttp
 import kopf
 from aiohttp import web
 
+from runner_operator import cadence, metrics, reconciling, resource, settings
 from runner_operator import credentials as creds
-from runner_operator import metrics, reconciling, reporting, resource, settings
 from runner_operator.credentials import Credentials, kubernetes_secret_getter, kubernetes_secret_guard
 from runner_operator.reconciling import CredentialsProblem, Outcome
 
@@ -31,7 +31,7 @@ FINALIZER = f"{GROUP}/finalizer"
 
 # kopf reads decorator arguments at import time, so the cadence comes from the environment now.
 CONFIG = settings.load()
-MEDIUM_INTERVAL = max(CONFIG.fast_interval * 15, 30.0)
+INTERVALS = cadence.Intervals(fast=CONFIG.fast_interval, resync=CONFIG.resync_interval)
 
 log = logging.getLogger(__name__)
 
@@ -241,49 +241,48 @@ async def reconcile(
         return
     if outcome.terminal:
         raise kopf.PermanentError(_message(outcome))
-    if outcome.cadence == "medium":
-        raise kopf.TemporaryError(_message(outcome), delay=outcome.retry_after or MEDIUM_INTERVAL)
+    after = cadence.after_pass(outcome.status, INTERVALS, retry_after=outcome.retry_after)
+    if after.cadence == cadence.Cadence.MEDIUM:
+        # The medium timer would take over too, but only once the status write is seen.
+        raise kopf.TemporaryError(_message(outcome), delay=after.delay)
 
 
-def _cadence_is(wanted: str) -> Callable[..., bool]:
+def _cadence_is(wanted: cadence.Cadence) -> Callable[..., bool]:
     def when(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
-        return meta.get("deletionTimestamp") is None and reporting.cadence(status) == wanted
+        return meta.get("deletionTimestamp") is None and cadence.of_status(status).cadence == wanted
 
     return when
 
 
 def _freshness(body: kopf.Body) -> float:
     """How old a batched observation may be: about one poll interval at this object's cadence."""
-    cadence = reporting.cadence(body.get("status") or {})
-    if cadence == "fast":
-        return CONFIG.fast_interval
-    if cadence == "medium":
-        return MEDIUM_INTERVAL / 2
-    return CONFIG.resync_interval / 10
+    return INTERVALS.freshness(cadence.of_status(body.get("status") or {}).cadence)
 
 
 def _jitter(**_: Any) -> float:
     return random.uniform(0, CONFIG.resync_interval)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, id="poll", interval=CONFIG.fast_interval, when=_cadence_is("fast"))
+@kopf.timer(
+    GROUP, VERSION, PLURAL, id="poll", interval=INTERVALS.fast, when=_cadence_is(cadence.Cadence.FAST)
+)
 @kopf.timer(
     GROUP,
     VERSION,
     PLURAL,
     id="retry",
-    interval=MEDIUM_INTERVAL,
-    initial_delay=CONFIG.fast_interval,
-    when=_cadence_is("medium"),
+    interval=INTERVALS.medium,
+    initial_delay=INTERVALS.fast,
+    when=_cadence_is(cadence.Cadence.MEDIUM),
 )
 @kopf.timer(
     GROUP,
     VERSION,
     PLURAL,
     id="resync",
-    interval=CONFIG.resync_interval,
+    interval=INTERVALS.resync,
     initial_delay=_jitter,
-    when=_cadence_is("slow"),
+    when=_cadence_is(cadence.Cadence.SLOW),
 )
 async def observe(
     body: kopf.Body,
@@ -322,18 +321,13 @@ async def finalize(
     leak the runner. Past the deadline it keeps retrying, slower, with Stalled=True.
     """
     outcome = await _pass(body, patch, memo, runner_claims, credential_users)
-    if outcome is not None and outcome.release:
-        return
-    delay = CONFIG.fast_interval
-    if outcome is not None:
-        stalled = bool((outcome.status.get("deletion") or {}).get("stalled"))
-        if outcome.retry_after:
-            delay = outcome.retry_after
-        elif stalled or outcome.cadence != "fast":
-            delay = MEDIUM_INTERVAL
-    raise kopf.TemporaryError(
-        _message(outcome) if outcome else "waiting for the runner to be deleted", delay=delay
+    if outcome is None:
+        raise kopf.TemporaryError("waiting for the runner to be deleted", delay=INTERVALS.fast)
+    after = cadence.after_pass(
+        outcome.status, INTERVALS, released=outcome.release, retry_after=outcome.retry_after, deleting=True
     )
+    if after.delay is not None:
+        raise kopf.TemporaryError(_message(outcome), delay=after.delay)
 
 
 async def _pass(
@@ -486,7 +480,7 @@ def _record(registry: metrics.Registry, uid: str, outcome: Outcome) -> None:
     elif synced.get("status") == "False" and synced.get("reason") != "Paused":
         label = "retrying"
     else:
-        label = "waiting" if outcome.cadence == "fast" else "synced"
+        label = "waiting" if outcome.cadence == cadence.Cadence.FAST else "synced"
     registry.reconciles.inc(label, ",".join(outcome.calls) or "none")
     for event in outcome.events:
         registry.events.inc(event.type, event.reason)

@@ -17,13 +17,12 @@ from typing import Any, Literal
 import pydantic
 
 from runner_operator import conditions, planning, reporting, resource
+from runner_operator.cadence import Cadence, of_status
 from runner_operator.cloud import errors
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.models import InstallStatus, ManagedRunner
 from runner_operator.desired import MissingSecretValue, SecretValues, desired_runner
-
-Cadence = Literal["fast", "medium", "slow", "none"]
 
 
 @dataclass(frozen=True)
@@ -51,10 +50,7 @@ class Outcome:
     @property
     def cadence(self) -> Cadence:
         """When to look again; derived from the status so kopf timer filters agree with it."""
-        if self.release:
-            return "none"
-        found = reporting.cadence(self.status)
-        return "fast" if found == "fast" else "medium" if found == "medium" else "slow"
+        return Cadence.NONE if self.release else of_status(self.status).cadence
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ mirrors only the cloud's observations (install, connection, revisions, errors, t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from runner_operator.cloud.models import ConnectionStatus, InstallStatus, ManagedRunner, to_wire
@@ -62,45 +61,3 @@ def phase(runner: ManagedRunner | None) -> str:
         if runner.connection_status != ConnectionStatus.CONNECTED:
             return _SHORT.get(runner.connection_status or "", "Connecting")
     return PHASES.get(status, "Unknown")
-
-
-FIXED_OUTSIDE_THE_SPEC = frozenset(
-    {
-        "CredentialsRejected",
-        "PermissionDenied",
-        "CredentialsMissing",
-        "CredentialsSecretNotFound",
-        "CredentialsKeyMissing",
-        "SecretNotFound",
-        "SecretKeyMissing",
-        "SecretAccessDenied",
-        "SecretReadFailed",
-        "EndpointMisrouted",
-        "RunnerNotVisible",
-    }
-)
-"""Stalled reasons a person fixes outside the spec (a Secret, the token, a route): no spec change wakes
-the resource, so it is looked at again at the medium cadence rather than the slow one."""
-
-
-def cadence(status: Mapping[str, Any]) -> str:
-    """How soon to look again, from the status alone (kopf timer filters call this on every event).
-
-    fast: something is in flight; medium: degraded or retrying after an error; slow: steady, paused
-    or stalled on something only a person can fix.
-    """
-    conds = {str(c.get("type")): c for c in status.get("conditions") or () if isinstance(c, Mapping)}
-    ready, synced, stalled = conds.get("Ready", {}), conds.get("Synced", {}), conds.get("Stalled", {})
-    if stalled.get("status") == "True" and synced.get("reason") in FIXED_OUTSIDE_THE_SPEC:
-        return "medium"  # Secrets and endpoints are not watched: notice a person's fix within a minute
-    if stalled.get("status") == "True" or synced.get("reason") == "Paused":
-        return "slow"
-    if synced.get("status") == "False":
-        return "medium"  # a transient failure, even on a runner still Ready from an older generation
-    if ready.get("status") == "True":
-        return "slow"
-    if not conds:
-        return "fast"
-    if ready.get("reason") in ("InstallFailed", "Disconnected"):
-        return "medium"
-    return "fast"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runner_operator import reporting
+from runner_operator import cadence
 from tests.e2e import reliability
 from tests.e2e.faults_harness import OPERATOR_ENV, TOKEN_SECRET, FaultEnv, new_token
 from tests.e2e.harness import condition
@@ -129,10 +129,12 @@ def test_failed_spec_change_is_retried_before_the_resync(world: FaultEnv) -> Non
                 f"{c['type']}={c['status']} (generation {c.get('observedGeneration')})"
                 for c in status.get("conditions") or ()
             )
-            + f"; cadence {reporting.cadence(status)!r}"
+            + f"; cadence {cadence.of_status(status).cadence!r}"
         )
         rec.call_bound = "n/a (convergence time is the point)"
-        assert reporting.cadence(status) != "slow", "an unapplied generation got the steady-state cadence"
+        assert cadence.of_status(status).cadence != "slow", (
+            "an unapplied generation got the steady-state cadence"
+        )
         took = rec.time("to Ready", world.wait_ready("cadence", generation=generation, timeout=45))
         rec.converge_seconds, rec.converge_what = took, "after ApiUnavailable"
         world.final_checks(rec)
