@@ -23,6 +23,7 @@ from aiohttp import web
 
 from runner_operator import cadence, metrics, reconciling, resource, settings
 from runner_operator import credentials as creds
+from runner_operator.cloud.runners import Runners
 from runner_operator.credentials import Credentials, kubernetes_secret_getter, kubernetes_secret_guard
 from runner_operator.reconciling import CredentialsProblem, Outcome
 
@@ -357,7 +358,6 @@ async def _pass(
             now=datetime.datetime.now(datetime.UTC),
             deletion_timeout=CONFIG.deletion_timeout,
             claimed_by=_claimed_by(res, claims or {}),
-            max_age=max_age,
             bound_here=memo.bound.get(uid),
         )
         credentials: Credentials = memo.credentials
@@ -366,7 +366,9 @@ async def _pass(
             # Orphan, or nothing was ever sent to the API: no credentials, no call needed.
             outcome = reconciling.released(res, ctx, orphaned=orphan)
         else:
-            outcome = await _with_credentials(res, ctx, credentials, creating=uid not in memo.bound)
+            outcome = await _with_credentials(
+                res, ctx, credentials, creating=uid not in memo.bound, max_age=max_age
+            )
         await _release_secrets(credentials, res, outcome, users or {})
     _apply(body, patch, outcome)
     _record(memo.metrics, uid, outcome)
@@ -382,7 +384,12 @@ async def _pass(
 
 
 async def _with_credentials(
-    res: resource.ManagedRunnerResource, ctx: reconciling.Context, credentials: Credentials, *, creating: bool
+    res: resource.ManagedRunnerResource,
+    ctx: reconciling.Context,
+    credentials: Credentials,
+    *,
+    creating: bool,
+    max_age: float,
 ) -> Outcome:
     """Resolve and protect the credentials, then reconcile with the client and cache for that token."""
     try:
@@ -399,12 +406,12 @@ async def _with_credentials(
             ctx,
             now=datetime.datetime.now(datetime.UTC),  # the turn may have taken a while
             secrets=resolved.env,
-            cache=credentials.cache(resolved.token),
             credential=creds.fingerprint(resolved.token, res.uid),
             credentials_secret=resolved.secret,
             track_secret=True,
         )
-        return await reconciling.reconcile(res, credentials.client(resolved.token), ctx)
+        cloud = Runners(credentials.client(resolved.token), credentials.cache(resolved.token), max_age)
+        return await reconciling.reconcile(res, cloud, ctx)
 
 
 async def _release_secrets(

@@ -19,9 +19,8 @@ import pydantic
 from runner_operator import conditions, planning, reporting, resource
 from runner_operator.cadence import Cadence, of_status
 from runner_operator.cloud import errors
-from runner_operator.cloud.cache import RunnerCache
-from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.models import InstallStatus, ManagedRunner
+from runner_operator.cloud.runners import Runners
 from runner_operator.desired import MissingSecretValue, SecretValues, desired_runner
 
 
@@ -61,11 +60,8 @@ class Context:
     deletion_timeout: float
     secrets: SecretValues = field(default_factory=dict)
     claimed_by: str | None = None
-    max_age: float = 0.0
-    """how old a batched (list) observation may be; 0 reads each runner with its own GET."""
     bound_here: str | None = None
     """the runner this process bound the resource to, if its status write may not be visible yet."""
-    cache: RunnerCache | None = None
     credential: str = ""
     """fingerprint of the credential this pass uses (credentials.fingerprint); never the token."""
     credentials_secret: str | None = None
@@ -99,7 +95,7 @@ class CredentialsProblem(Exception):
         self.message = message
 
 
-async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx: Context) -> Outcome:
+async def reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: Context) -> Outcome:
     """One observe-plan-act pass for a live or deleting resource."""
     try:
         desired = desired_runner(res.spec, ctx.secrets, lenient=res.deleting)
@@ -112,9 +108,9 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
         request_id = res.status.get("createRequestId")
         # Absence is confirmed with a direct GET even before a create key is reserved: a list may be
         # older than a runner someone else just made, and the reservation time must postdate it.
-        observed = await _find(cloud, ctx, res.spec.runner_id)
+        observed = await cloud.observe(res.spec.runner_id)
         held_elsewhere = str(held_id) if held_id and held_id != res.spec.runner_id else None
-        held = await _find(cloud, ctx, held_elsewhere) if held_elsewhere else None
+        held = await cloud.observe(held_elsewhere) if held_elsewhere else None
         recorded = res.status.get("credentialFingerprint")
         facts = planning.Facts(
             desired=desired,
@@ -135,19 +131,10 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: CloudClient, ctx
             seen_created=_parse_time(res.status.get("createTime")),
         )
         if not res.deleting and _may_replace(facts):
-            holder = await _cluster_holder(cloud, ctx, res.spec.cluster_id)
-            facts = dataclasses.replace(facts, cluster_holder=holder)
+            facts = dataclasses.replace(facts, cluster_holder=await cloud.cluster_holder(res.spec.cluster_id))
         return await _perform(res, cloud, ctx, facts, planning.plan(facts))
     except errors.CloudError as exc:
         return failed(res, ctx, exc)
-
-
-async def _find(
-    cloud: CloudClient, ctx: Context, runner_id: str, *, trust_absence: bool = False
-) -> ManagedRunner | None:
-    if ctx.cache is None:
-        return await cloud.find(runner_id)
-    return await ctx.cache.find(runner_id, ctx.max_age, trust_absence=trust_absence)
 
 
 def _may_replace(facts: planning.Facts) -> bool:
@@ -164,18 +151,6 @@ def _may_replace(facts: planning.Facts) -> bool:
     return bool(facts.held_id) or (facts.bound and bool(planning.identity_changes(facts.desired, old)))
 
 
-async def _cluster_holder(cloud: CloudClient, ctx: Context, cluster_id: str) -> str | None:
-    """The runner that holds `cluster_id` in the cloud, from a list taken now (it may decide a delete)."""
-    if ctx.cache is not None:
-        runners = await ctx.cache.runners(0)
-    else:
-        runners = [runner async for runner in cloud.iter_runners()]
-    for runner in runners:
-        if runner.identity and (runner.identity.cluster_id or "").lower() == cluster_id.lower():
-            return runner.runner_id
-    return None
-
-
 def _parse_time(value: object) -> datetime | None:
     if not isinstance(value, str):
         return None
@@ -183,12 +158,6 @@ def _parse_time(value: object) -> datetime | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-def _wrote(ctx: Context, runner_id: str, result: ManagedRunner | None = None) -> None:
-    """Noted before and after each write: a list that started in between may not show it."""
-    if ctx.cache is not None:
-        ctx.cache.note_write(runner_id, result)
 
 
 def unreadable(body: Mapping[str, Any], now: datetime, exc: ValueError) -> Outcome:
@@ -274,7 +243,7 @@ def failed(res: resource.ManagedRunnerResource, ctx: Context, exc: Exception) ->
 
 async def _perform(
     res: resource.ManagedRunnerResource,
-    cloud: CloudClient,
+    cloud: Runners,
     ctx: Context,
     facts: planning.Facts,
     action: planning.Action,
@@ -316,10 +285,8 @@ async def _perform(
             )
             return Outcome(status, tuple(events))
         case planning.Create(body, request_id):
-            _wrote(ctx, res.spec.runner_id)
             try:
                 created = await cloud.create(body, request_id)
-                _wrote(ctx, res.spec.runner_id, created)
             except (errors.AlreadyExists, errors.InvalidArgument) as exc:
                 if observed is not None:
                     # A replay the server refused (the body may have changed since): decide on other evidence.
@@ -377,9 +344,7 @@ async def _perform(
             )
             return Outcome(status, tuple(events))
         case planning.Update(change):
-            _wrote(ctx, res.spec.runner_id)
-            updated = await cloud.update(res.spec.runner_id, change.body, change.mask, etag=change.etag)
-            _wrote(ctx, res.spec.runner_id, updated)
+            updated = await cloud.update(res.spec.runner_id, change)
             drift = res.status.get("observedGeneration") == res.generation
             mask = ",".join(change.mask)
             if drift:
@@ -394,9 +359,7 @@ async def _perform(
                 events.append(Event("Normal", "Updated", f"updated {mask}"))
             return _observed(res, facts, ctx, updated, events, extra, calls=("update",))
         case planning.Delete(runner_id, replacing=True):
-            _wrote(ctx, runner_id)
-            await cloud.delete(runner_id, allow_missing=True)
-            _wrote(ctx, runner_id)
+            await cloud.delete(runner_id)
             replacement = res.status.get("replacement") or {
                 "fromRunnerId": runner_id,
                 "startedTime": _rfc3339(now),
@@ -438,9 +401,7 @@ async def _perform(
             )
             return Outcome(status, tuple(events))
         case planning.Delete(runner_id):
-            _wrote(ctx, runner_id)
-            await cloud.delete(runner_id, allow_missing=True)
-            _wrote(ctx, runner_id)
+            await cloud.delete(runner_id)
             events.append(Event("Normal", "DeletionRequested", f"requested deletion of runner {runner_id}"))
             status = _status(
                 res,
@@ -492,13 +453,13 @@ async def _perform(
 
 async def _create_conflict(
     res: resource.ManagedRunnerResource,
-    cloud: CloudClient,
+    cloud: Runners,
     ctx: Context,
     facts: planning.Facts,
     exc: errors.AlreadyExists,
 ) -> Outcome:
     """ALREADY_EXISTS on a first create (nothing had this ID): the cluster already has a runner."""
-    holder = await _cluster_holder(cloud, ctx, res.spec.cluster_id)
+    holder = await cloud.cluster_holder(res.spec.cluster_id)
     where = f" (runner {holder!r})" if holder else ""
     message = (
         f"cluster {res.spec.cluster_id} already has a managed runner{where}: a cluster holds at most one. "

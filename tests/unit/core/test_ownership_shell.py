@@ -18,6 +18,7 @@ from runner_operator import reconciling, resource
 from runner_operator.cloud import budget
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.errors import Unauthenticated
+from runner_operator.cloud.runners import Runners
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, SimulatorConfig, Timings
 from runner_operator.simulator.server import RunningServer, serve
 
@@ -62,7 +63,7 @@ class Object:
         ctx = reconciling.Context(
             now=T0 + timedelta(seconds=self.seconds), deletion_timeout=600, credential=credential
         )
-        outcome = await reconciling.reconcile(res, cloud, ctx)
+        outcome = await reconciling.reconcile(res, Runners(cloud), ctx)
         self.body["status"] = {**self.body["status"], **outcome.status}
         return outcome
 

@@ -16,6 +16,7 @@ import pytest
 from runner_operator import reconciling, resource
 from runner_operator.cloud import budget
 from runner_operator.cloud.client import CloudClient
+from runner_operator.cloud.runners import Runners
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, SimulatorConfig, Timings
 from runner_operator.simulator.server import RunningServer, serve
 
@@ -53,7 +54,7 @@ class Object:
     async def pass_at(self, cloud: CloudClient, seconds: float) -> dict[str, Any]:
         res = resource.ManagedRunnerResource.from_body(self.body)
         ctx = reconciling.Context(now=T0 + timedelta(seconds=seconds), deletion_timeout=60)
-        outcome = await reconciling.reconcile(res, cloud, ctx)
+        outcome = await reconciling.reconcile(res, Runners(cloud), ctx)
         self.body["status"] = {**self.body["status"], **outcome.status}
         return outcome.status
 

@@ -1,0 +1,67 @@
+"""The cloud as one pass sees it: observe, create, update, delete, and who holds a cluster.
+
+The reconciler talks to this boundary only. It owns the shared snapshot's bookkeeping: every
+write is noted before it is sent (a list that started meanwhile may not show it) and after it is
+answered (its response is then the freshest view), so no caller can forget to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner_operator.cloud import diff
+from runner_operator.cloud.cache import RunnerCache
+from runner_operator.cloud.client import CloudClient
+from runner_operator.cloud.models import ManagedRunner
+
+
+@dataclass(frozen=True)
+class Runners:
+    client: CloudClient
+    cache: RunnerCache | None = None
+    """the credential's shared list snapshot; None reads each runner with its own GET."""
+    max_age: float = 0.0
+    """how old a batched (list) observation may be for this pass; 0 reads directly."""
+
+    async def observe(self, runner_id: str) -> ManagedRunner | None:
+        """The runner, or None only when the API itself said NOT_FOUND for it.
+
+        A list may be older than a runner someone else just made, so absence is always confirmed
+        with a direct GET (the cache's rule); presence may come from the snapshot.
+        """
+        if self.cache is None:
+            return await self.client.find(runner_id)
+        return await self.cache.find(runner_id, self.max_age)
+
+    async def create(self, body: ManagedRunner, request_id: str) -> ManagedRunner:
+        self._wrote(body.runner_id)
+        created = await self.client.create(body, request_id)
+        self._wrote(body.runner_id, created)
+        return created
+
+    async def update(self, runner_id: str, change: diff.Update) -> ManagedRunner:
+        self._wrote(runner_id)
+        updated = await self.client.update(runner_id, change.body, change.mask, etag=change.etag)
+        self._wrote(runner_id, updated)
+        return updated
+
+    async def delete(self, runner_id: str) -> None:
+        """Start the decommission (the API's NOT_FOUND for it counts as done)."""
+        self._wrote(runner_id)
+        await self.client.delete(runner_id, allow_missing=True)
+        self._wrote(runner_id)
+
+    async def cluster_holder(self, cluster_id: str) -> str | None:
+        """The runner holding `cluster_id`, from a list taken now (it may decide a delete)."""
+        if self.cache is not None:
+            runners = await self.cache.runners(0)
+        else:
+            runners = [runner async for runner in self.client.iter_runners()]
+        for runner in runners:
+            if runner.identity and (runner.identity.cluster_id or "").lower() == cluster_id.lower():
+                return runner.runner_id
+        return None
+
+    def _wrote(self, runner_id: str | None, result: ManagedRunner | None = None) -> None:
+        if self.cache is not None and runner_id:
+            self.cache.note_write(runner_id, result)
