@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runner_operator.cloud import diff
-from runner_operator.cloud.models import InstallStatus, ManagedRunner
+from runner_operator.cloud.models import InstallStatus, ManagedRunner, readiness
 from runner_operator.resource import DeletionPolicy
 
 
@@ -408,26 +408,5 @@ def _created_before_reservation(facts: Facts) -> bool:
 
 
 def _progress(observed: ManagedRunner) -> Action:
-    status = observed.install_status or InstallStatus.UNSPECIFIED
-    if status == InstallStatus.FAILED:
-        return Wait("InstallFailed", _install_error(observed))
-    if status in (InstallStatus.PENDING, InstallStatus.PROVISIONING, InstallStatus.UNSPECIFIED):
-        return Wait("Installing", f"install status is {status}")
-    if observed.rollout_in_progress or (observed.active_revision or 0) < (observed.target_revision or 0):
-        return Wait(
-            "RollingOut",
-            f"rolling out revision {observed.target_revision} (active {observed.active_revision or 0})",
-        )
-    if observed.connection_status != "RUNNER_CONNECTION_STATUS_CONNECTED":
-        return Wait("Disconnected", f"connection status is {observed.connection_status or 'unknown'}")
-    if status != InstallStatus.READY:
-        return Wait("UnknownStatus", f"install status is {status}")
-    return Idle()
-
-
-def _install_error(observed: ManagedRunner) -> str:
-    err = observed.install_error
-    if err is None:
-        return "the runner install failed (no install error reported)"
-    parts = [p for p in (err.reason, err.message) if p]
-    return "install failed: " + (": ".join(parts) or "no details")
+    found = readiness(observed)
+    return Idle() if found.ready else Wait(found.reason, found.message)

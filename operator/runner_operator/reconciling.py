@@ -19,7 +19,7 @@ import pydantic
 from runner_operator import conditions, planning, reporting, resource
 from runner_operator.cadence import Cadence, of_status
 from runner_operator.cloud import errors
-from runner_operator.cloud.models import InstallStatus, ManagedRunner
+from runner_operator.cloud.models import InstallStatus, ManagedRunner, readiness
 from runner_operator.cloud.runners import Runners
 from runner_operator.desired import MissingSecretValue, SecretValues, desired_runner
 
@@ -488,14 +488,8 @@ def _observed(
     action = planning.plan(
         planning.Facts(desired=facts.desired, observed=runner, bound=True, paused=res.spec.paused)
     )
-    if isinstance(action, planning.Idle) and runner is not None and runner.ready:
-        ready = conditions.Condition(
-            conditions.READY,
-            "True",
-            "Available",
-            f"runner {res.spec.runner_id} is installed, connected and at revision "
-            f"{runner.target_revision or 0}",
-        )
+    if isinstance(action, planning.Idle) and runner is not None and (found := readiness(runner)).ready:
+        ready = conditions.Condition(conditions.READY, "True", found.reason, found.message)
     elif isinstance(action, (planning.Idle, planning.Wait)):
         ready = _not_ready(action.reason, action.message)
     else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner_operator.cloud.models import ConnectionStatus, InstallStatus, ManagedRunner, to_wire
+from runner_operator.cloud.models import ConnectionStatus, InstallStatus, ManagedRunner, readiness, to_wire
 
 PHASES = {
     InstallStatus.PENDING: "Pending",
@@ -51,13 +51,13 @@ def observed_status(runner: ManagedRunner) -> dict[str, Any]:
 
 
 def phase(runner: ManagedRunner | None) -> str:
-    """A one-word summary for `kubectl get` (Ready only when installed, connected and rolled out)."""
+    """A one-word summary for `kubectl get` (Ready only when the readiness rule says so)."""
     if runner is None:
         return "Absent"
     status = runner.install_status or InstallStatus.UNSPECIFIED
-    if status == InstallStatus.READY:
-        if runner.rollout_in_progress or (runner.active_revision or 0) < (runner.target_revision or 0):
-            return "RollingOut"
-        if runner.connection_status != ConnectionStatus.CONNECTED:
-            return _SHORT.get(runner.connection_status or "", "Connecting")
-    return PHASES.get(status, "Unknown")
+    if status != InstallStatus.READY:
+        return PHASES.get(status, "Unknown")
+    found = readiness(runner)
+    if found.reason == "Disconnected":
+        return _SHORT.get(runner.connection_status or "", "Connecting")
+    return "Ready" if found.ready else found.reason

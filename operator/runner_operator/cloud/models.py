@@ -5,6 +5,7 @@ Pure data, no I/O: never import httpx or kopf here. Fields that may hold secrets
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
@@ -418,12 +419,53 @@ class ManagedRunner(WireModel):
 
     @property
     def ready(self) -> bool:
-        """Installed, connected and not rolling out (the console's notion of ready)."""
-        return (
-            self.install_status == InstallStatus.READY
-            and self.connection_status == ConnectionStatus.CONNECTED
-            and not self.rollout_in_progress
+        """Installed, connected and rolled out (see `readiness`, the one rule)."""
+        return readiness(self).ready
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Where a runner stands on its way to ready: a condition reason and what to tell the user."""
+
+    reason: str
+    message: str
+
+    @property
+    def ready(self) -> bool:
+        return self.reason == "Available"
+
+
+def readiness(runner: ManagedRunner) -> Readiness:
+    """The one readiness rule (planning waits on it, status and `kubectl get` show it).
+
+    Ready means installed, rolled out to its target revision, and connected, checked in the order
+    a user fixes them: a failed install first, then an install in progress, a rollout, the link.
+    """
+    status = runner.install_status or InstallStatus.UNSPECIFIED
+    if status == InstallStatus.FAILED:
+        return Readiness("InstallFailed", _install_error(runner.install_error))
+    if status in (InstallStatus.PENDING, InstallStatus.PROVISIONING, InstallStatus.UNSPECIFIED):
+        return Readiness("Installing", f"install status is {status}")
+    if runner.rollout_in_progress or (runner.active_revision or 0) < (runner.target_revision or 0):
+        return Readiness(
+            "RollingOut",
+            f"rolling out revision {runner.target_revision} (active {runner.active_revision or 0})",
         )
+    if runner.connection_status != ConnectionStatus.CONNECTED:
+        return Readiness("Disconnected", f"connection status is {runner.connection_status or 'unknown'}")
+    if status != InstallStatus.READY:
+        return Readiness("UnknownStatus", f"install status is {status}")
+    return Readiness(
+        "Available",
+        f"runner {runner.runner_id} is installed, connected and at revision {runner.target_revision or 0}",
+    )
+
+
+def _install_error(err: InstallError | None) -> str:
+    if err is None:
+        return "the runner install failed (no install error reported)"
+    parts = [p for p in (err.reason, err.message) if p]
+    return "install failed: " + (": ".join(parts) or "no details")
 
 
 OUTPUT_ONLY: Final = frozenset(

@@ -8,6 +8,7 @@ from typing import Any
 import pydantic
 import pytest
 
+from runner_operator import reporting
 from runner_operator.cloud import models
 from runner_operator.cloud.models import ManagedRunner, to_wire
 
@@ -180,3 +181,37 @@ def test_validation_errors_do_not_echo_input() -> None:
     with pytest.raises(pydantic.ValidationError) as caught:
         ManagedRunner.model_validate({"spec": {"overrides": {"env": "hunter2-not-a-map"}}})
     assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason", "phase"),
+    [
+        ({"installStatus": "RUNNER_INSTALL_STATUS_FAILED"}, "InstallFailed", "Failed"),
+        ({"installStatus": "RUNNER_INSTALL_STATUS_PENDING"}, "Installing", "Pending"),
+        ({"installStatus": "RUNNER_INSTALL_STATUS_PROVISIONING"}, "Installing", "Provisioning"),
+        ({}, "Installing", "Unknown"),
+        ({"rolloutInProgress": True}, "RollingOut", "RollingOut"),
+        ({"activeRevision": 1, "targetRevision": 2}, "RollingOut", "RollingOut"),
+        ({"connectionStatus": "RUNNER_CONNECTION_STATUS_DISCONNECTED"}, "Disconnected", "Disconnected"),
+        ({"connectionStatus": None}, "Disconnected", "Connecting"),
+        ({"installStatus": "RUNNER_INSTALL_STATUS_DELETING"}, "UnknownStatus", "Deleting"),
+        ({"installStatus": "RUNNER_INSTALL_STATUS_HIBERNATING"}, "UnknownStatus", "Unknown"),
+        ({"activeRevision": 2, "targetRevision": 2}, "Available", "Ready"),
+    ],
+)
+def test_one_readiness_rule_for_planning_status_and_phase(
+    fields: dict[str, Any], reason: str, phase: str
+) -> None:
+    base = {
+        "identity": {"runnerId": "r"},
+        "installStatus": "RUNNER_INSTALL_STATUS_READY",
+        "connectionStatus": "RUNNER_CONNECTION_STATUS_CONNECTED",
+    }
+    if fields == {}:
+        base.pop("installStatus")
+    runner = ManagedRunner.model_validate({**base, **fields})
+    found = models.readiness(runner)
+    assert found.reason == reason
+    assert found.message
+    assert runner.ready is (reason == "Available")
+    assert reporting.phase(runner) == phase
