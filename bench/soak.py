@@ -320,6 +320,7 @@ def _check(soak: Soak) -> dict[str, Any]:
     destroyed = wanted - set(cloud)
     duplicated = {k for k, v in cloud.items() if v > 1} | {k for k, v in clusters.items() if v > 1}
     unsettled = sorted(o["metadata"]["name"] for o in items if not _ready(o))
+    why = {o["metadata"]["name"]: _why(o) for o in items if not _ready(o)}
     extra = sorted({o["metadata"]["name"] for o in items} - set(soak.live))
     return {
         "ok": not (leaked or destroyed or duplicated or unsettled or extra),
@@ -330,8 +331,23 @@ def _check(soak: Soak) -> dict[str, Any]:
         "destroyed": sorted(destroyed),
         "duplicated": sorted(duplicated),
         "unsettled": unsettled,
+        "unsettled_why": why,
         "not_deleted": extra,
     }
+
+
+def _why(obj: dict[str, Any]) -> str:
+    """One line on why a resource is not settled: its conditions, generations and held runner."""
+    status = obj.get("status") or {}
+    conds = " ".join(
+        f"{c.get('type')}={c.get('status')}:{c.get('reason')}" for c in status.get("conditions") or ()
+    )
+    return (
+        f"{conds or 'no conditions'}; generation {obj['metadata'].get('generation')} observed "
+        f"{status.get('observedGeneration')}; runner {status.get('runnerId')} "
+        f"(spec {obj['spec'].get('runnerId')})"
+        f"{'; deleting' if obj['metadata'].get('deletionTimestamp') else ''}"
+    )
 
 
 def render(report: dict[str, Any], runners: int) -> str:

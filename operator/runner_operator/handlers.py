@@ -222,8 +222,8 @@ def drop_managed_fields(body: kopf.Body) -> bool:
     return True
 
 
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def reconcile(
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile")  # id: kopf's stored progress key
+async def spec_changed(
     body: kopf.Body,
     patch: kopf.Patch,
     memo: kopf.Memo,
@@ -285,7 +285,7 @@ def _jitter(**_: Any) -> float:
     initial_delay=_jitter,
     when=_cadence_is(cadence.Cadence.SLOW),
 )
-async def observe(
+async def look_again(
     body: kopf.Body,
     patch: kopf.Patch,
     memo: kopf.Memo,
@@ -293,7 +293,8 @@ async def observe(
     credential_users: kopf.Index[str, Any] | None = None,
     **_: Any,
 ) -> None:
-    """Level-triggered observation: fast while in flight, slower when degraded, slow and jittered when steady.
+    """The level-triggered pass (it creates, updates and deletes like any other): fast while in flight,
+    slower when degraded, slow and jittered when steady.
 
     Never raises PermanentError: that would stop this timer for good. A tick that finds a pass
     for this object already running or waiting for its turn skips: that pass observes anyway, and
