@@ -242,7 +242,7 @@ async def spec_changed(
         return
     if outcome.terminal:
         raise kopf.PermanentError(_message(outcome))
-    after = cadence.after_pass(outcome.status, INTERVALS, retry_after=outcome.retry_after)
+    after = cadence.after_pass(outcome.status.to_patch(), INTERVALS, retry_after=outcome.retry_after)
     if after.cadence == cadence.Cadence.MEDIUM:
         # The medium timer would take over too, but only once the status write is seen.
         raise kopf.TemporaryError(_message(outcome), delay=after.delay)
@@ -326,7 +326,11 @@ async def finalize(
     if outcome is None:
         raise kopf.TemporaryError("waiting for the runner to be deleted", delay=INTERVALS.fast)
     after = cadence.after_pass(
-        outcome.status, INTERVALS, released=outcome.release, retry_after=outcome.retry_after, deleting=True
+        outcome.status.to_patch(),
+        INTERVALS,
+        released=outcome.release,
+        retry_after=outcome.retry_after,
+        deleting=True,
     )
     if after.delay is not None:
         raise kopf.TemporaryError(_message(outcome), delay=after.delay)
@@ -373,9 +377,9 @@ async def _pass(
         await _release_secrets(credentials, res, outcome, users or {})
     _apply(body, patch, outcome)
     _record(memo.metrics, uid, outcome)
-    if "runnerId" in outcome.status:
-        if outcome.status["runnerId"]:
-            memo.bound[uid] = outcome.status["runnerId"]
+    if outcome.status.is_set("runner_id"):
+        if outcome.status.runner_id:
+            memo.bound[uid] = outcome.status.runner_id
         else:
             memo.bound.pop(uid, None)
     if outcome.release:
@@ -426,8 +430,9 @@ async def _release_secrets(
     """
     previous = res.status.get("credentialsSecret")
     current = res.spec.credentials.secret_ref.name if res.spec.credentials else None
-    switched = outcome.status.get("credentialsSecret", previous) == current and (
-        "installStatus" in outcome.status or reconciling.never_sent(res, None)
+    written = outcome.status.credentials_secret if outcome.status.is_set("credentials_secret") else previous
+    switched = written == current and (
+        outcome.status.is_set("install_status") or reconciling.never_sent(res, None)
     )
     done = set() if outcome.release else {current} if switched else {current, previous}
     for name in {previous, current} - done:
@@ -478,14 +483,12 @@ async def _unprotect(credentials: Credentials, namespace: str, name: str) -> Non
 def _record(registry: metrics.Registry, uid: str, outcome: Outcome) -> None:
     """Count the pass and remember what it saw, for the scrape-time gauges."""
     status = outcome.status
-    synced: dict[str, Any] = next(
-        (c for c in status.get("conditions") or () if c.get("type") == "Synced"), {}
-    )
+    synced = status.condition("Synced")
     if outcome.release:
         label = "released"
     elif outcome.terminal:
         label = "terminal"
-    elif synced.get("status") == "False" and synced.get("reason") != "Paused":
+    elif synced is not None and synced.status == "False" and synced.reason != "Paused":
         label = "retrying"
     else:
         label = "waiting" if outcome.cadence == cadence.Cadence.FAST else "synced"
@@ -495,13 +498,12 @@ def _record(registry: metrics.Registry, uid: str, outcome: Outcome) -> None:
     if outcome.release:
         registry.track(uid, None)
         return
-    deletion = status.get("deletion") or {}
-    started = deletion.get("requestedTime")
+    started = status.deletion.requested_time if status.deletion else None
     registry.track(
         uid,
         metrics.RunnerView(
-            install_status=str(status.get("installStatus") or "UNKNOWN"),
-            connection_status=str(status.get("connectionStatus") or "UNKNOWN"),
+            install_status=str(status.install_status or "UNKNOWN"),
+            connection_status=str(status.connection_status or "UNKNOWN"),
             deletion_started=datetime.datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
             if started
             else None,
@@ -517,8 +519,9 @@ def _apply(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
     last write, and a full write heals whatever that stale comparison missed.
     """
     current = body.get("status") or {}
-    if any(value != current.get(key) for key, value in outcome.status.items()):
-        for key, value in outcome.status.items():
+    written = outcome.status.to_patch()
+    if any(value != current.get(key) for key, value in written.items()):
+        for key, value in written.items():
             patch.status[key] = value
     for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
@@ -543,10 +546,10 @@ def _claimed_by(res: resource.ManagedRunnerResource, claims: Mapping[str, Any]) 
 def _message(outcome: Outcome | None) -> str:
     if outcome is None:
         return ""
-    for cond in outcome.status.get("conditions") or ():
-        if cond.get("type") == "Synced" and cond.get("status") == "False":
-            return f"{cond.get('reason')}: {cond.get('message')}"
-    for cond in outcome.status.get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return f"{cond.get('reason')}: {cond.get('message')}"
+    synced = outcome.status.condition("Synced")
+    if synced is not None and synced.status == "False":
+        return f"{synced.reason}: {synced.message}"
+    ready = outcome.status.condition("Ready")
+    if ready is not None:
+        return f"{ready.reason}: {ready.message}"
     return ""

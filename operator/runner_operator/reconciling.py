@@ -22,6 +22,7 @@ from runner_operator.cloud import errors
 from runner_operator.cloud.models import InstallStatus, ManagedRunner, readiness
 from runner_operator.cloud.runners import Runners
 from runner_operator.desired import MissingSecretValue, SecretValues, desired_runner
+from runner_operator.status import DeletionProgress, PlanPreview, Replacement, StatusPatch
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Event:
 class Outcome:
     """What one pass decided: the status to write and what happens next."""
 
-    status: dict[str, Any]
+    status: StatusPatch
     events: tuple[Event, ...] = ()
     retry_after: float | None = None
     """a server-imposed delay (Retry-After) that beats the cadence."""
@@ -49,7 +50,7 @@ class Outcome:
     @property
     def cadence(self) -> Cadence:
         """When to look again; derived from the status so kopf timer filters agree with it."""
-        return Cadence.NONE if self.release else of_status(self.status).cadence
+        return Cadence.NONE if self.release else of_status(self.status.to_patch()).cadence
 
 
 @dataclass(frozen=True)
@@ -170,9 +171,9 @@ def unreadable(body: Mapping[str, Any], now: datetime, exc: ValueError) -> Outco
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     message = f"the spec could not be read by this operator version: {_summary(exc)}"
     reason = "InvalidSpec"
-    status = {
-        "phase": reason,
-        "conditions": conditions.merge(
+    status = StatusPatch(
+        phase=reason,
+        conditions=conditions.merge(
             previous.get("conditions"),
             [
                 _not_ready(reason, message),
@@ -182,7 +183,7 @@ def unreadable(body: Mapping[str, Any], now: datetime, exc: ValueError) -> Outco
             generation=generation,
             now=_rfc3339(now),
         ),
-    }
+    )
     before = conditions.find(previous.get("conditions"), conditions.SYNCED) or {}
     repeated = before.get("reason") == reason and before.get("message") == message[:1024]
     events = () if repeated else (Event("Warning", reason, message),)
@@ -231,10 +232,10 @@ def failed(res: resource.ManagedRunnerResource, ctx: Context, exc: Exception) ->
         synced=conditions.Condition(conditions.SYNCED, "False", reason, message),
         stalled=person,
         keep_observation=True,
-        extra={"phase": reason} if person else None,
+        extra=StatusPatch(phase=reason) if person else None,
     )
     if res.deleting:
-        _add_deletion_progress(status, res, ctx)
+        status = _add_deletion_progress(status, res, ctx)
     previous = conditions.find(res.status.get("conditions"), conditions.SYNCED)
     repeated = previous is not None and previous.get("reason") == reason
     events = () if repeated else (Event("Warning", reason, message),)
@@ -251,22 +252,19 @@ async def _perform(
     observed = facts.observed
     now = ctx.now
     events: list[Event] = []
-    extra: dict[str, Any] = {}
+    extra = StatusPatch()
     match action:
         case planning.ReserveRequestId(request_id, recreate):
-            extra["createRequestId"] = request_id
             # Full precision: a runner created in the same second but before the key is not ours.
-            extra["createRequestedTime"] = (
-                now.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-            )
+            requested = now.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+            extra |= StatusPatch(create_request_id=request_id, create_requested_time=requested)
             if ctx.credential:
-                extra["credentialFingerprint"] = ctx.credential
-            extra["phase"] = "Creating"
+                extra |= StatusPatch(credential_fingerprint=ctx.credential)
+            extra |= StatusPatch(phase="Creating")
             if recreate:
-                extra["runnerId"] = None
-                extra["recreations"] = _recreations(res) + 1
-                if res.status.get("replacement"):
-                    extra["replacement"] = {**res.status["replacement"], "phase": "Creating"}
+                extra |= StatusPatch(runner_id=None, recreations=_recreations(res) + 1)
+                if (replacement := _replacement(res)) is not None:
+                    extra |= StatusPatch(replacement=replacement | Replacement(phase="Creating"))
                 else:
                     events.append(
                         Event(
@@ -295,14 +293,14 @@ async def _perform(
                 if isinstance(exc, errors.InvalidArgument):
                     raise
                 return await _create_conflict(res, cloud, ctx, facts, exc)
-            extra.update(runnerId=res.spec.runner_id, adopted=False)
+            extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=False)
             if res.deleting:
                 # The replay proved the runner is ours; the next pass deletes it.
                 status = _status(res, ctx, created, ready=None, synced=_synced(), extra=extra)
-                _add_deletion_progress(status, res, ctx)
+                status = _add_deletion_progress(status, res, ctx)
                 return Outcome(status, (), calls=("create",))
             if res.status.get("replacement"):
-                extra["replacement"] = None
+                extra |= StatusPatch(replacement=None)
                 old_id = res.status["replacement"].get("fromRunnerId")
                 events.append(
                     Event("Normal", "Replaced", f"runner {old_id} was replaced by {res.spec.runner_id}")
@@ -311,7 +309,7 @@ async def _perform(
                 events.append(Event("Normal", "Created", f"created runner {res.spec.runner_id}"))
             return _observed(res, facts, ctx, created, events, extra, calls=("create",))
         case planning.Bind():
-            extra.update(runnerId=res.spec.runner_id, adopted=False)
+            extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=False)
             events.append(
                 Event(
                     "Normal",
@@ -329,10 +327,10 @@ async def _perform(
                 extra=extra,
             )
             if res.deleting:
-                _add_deletion_progress(status, res, ctx)
+                status = _add_deletion_progress(status, res, ctx)
             return Outcome(status, tuple(events))
         case planning.Adopt():
-            extra.update(runnerId=res.spec.runner_id, adopted=True)
+            extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=True)
             events.append(Event("Normal", "Adopted", f"adopted existing runner {res.spec.runner_id}"))
             status = _status(
                 res,
@@ -360,11 +358,12 @@ async def _perform(
             return _observed(res, facts, ctx, updated, events, extra, calls=("update",))
         case planning.Delete(runner_id, replacing=True):
             await cloud.delete(runner_id)
-            replacement = res.status.get("replacement") or {
-                "fromRunnerId": runner_id,
-                "startedTime": _rfc3339(now),
-            }
-            extra["replacement"] = {**replacement, "toRunnerId": res.spec.runner_id, "phase": "DeletingOld"}
+            replacement = _replacement(res) or Replacement(
+                from_runner_id=runner_id, started_time=_rfc3339(now)
+            )
+            extra |= StatusPatch(
+                replacement=replacement | Replacement(to_runner_id=res.spec.runner_id, phase="DeletingOld")
+            )
             events.append(
                 Event(
                     "Normal",
@@ -383,12 +382,12 @@ async def _perform(
             )
             return Outcome(status, tuple(events), calls=("delete",))
         case planning.ForgetOld(runner_id):
-            replacement = res.status.get("replacement") or {"fromRunnerId": runner_id}
-            extra.update(
-                runnerId=None,
-                createRequestId=None,
+            replacement = _replacement(res) or Replacement(from_runner_id=runner_id)
+            extra |= StatusPatch(
+                runner_id=None,
+                create_request_id=None,
                 recreations=_recreations(res) + 1,
-                replacement={**replacement, "phase": "Creating"},
+                replacement=replacement | Replacement(phase="Creating"),
             )
             status = _status(
                 res,
@@ -410,28 +409,30 @@ async def _perform(
                 ready=_not_ready("Deleting", "decommissioning the runner"),
                 synced=_synced(),
             )
-            _add_deletion_progress(status, res, ctx)
+            status = _add_deletion_progress(status, res, ctx)
             return Outcome(status, tuple(events), calls=("delete",))
         case planning.Release(orphaned):
             return released(res, ctx, orphaned=orphaned)
         case planning.Wait(reason, message):
             if res.deleting:
                 status = _status(res, ctx, observed, ready=_not_ready(reason, message), synced=_synced())
-                _add_deletion_progress(status, res, ctx)
-                if status["deletion"]["stalled"] and not (res.status.get("deletion") or {}).get("stalled"):
-                    stalled = conditions.find(status["conditions"], conditions.STALLED) or {}
-                    events.append(Event("Warning", "DeletionStalled", str(stalled.get("message"))))
+                status = _add_deletion_progress(status, res, ctx)
+                stalled_now = bool(status.deletion and status.deletion.stalled)
+                if stalled_now and not (res.status.get("deletion") or {}).get("stalled"):
+                    stalled = status.condition(conditions.STALLED)
+                    events.append(Event("Warning", "DeletionStalled", str(stalled and stalled.message)))
                 return Outcome(status, tuple(events))
             return _observed(res, facts, ctx, observed, events, extra)
         case planning.Idle():
             if facts.paused:
-                extra["plan"] = _would(dataclasses.replace(facts, paused=False))
+                extra |= StatusPatch(plan=_would(dataclasses.replace(facts, paused=False)))
             return _observed(res, facts, ctx, observed, events, extra)
         case planning.Conflict(reason, message):
             # Never mirror a runner this resource does not own (or that a new credential found instead).
             mirrored = observed if facts.bound and reason != "RunnerNotVisible" else None
             if action.forget_request:
-                extra["createRequestId"] = None  # provably not ours: later passes adopt or report, no replay
+                # Provably not ours: later passes adopt or report, no replay.
+                extra |= StatusPatch(create_request_id=None)
             status = _status(
                 res,
                 ctx,
@@ -439,11 +440,11 @@ async def _perform(
                 ready=None if mirrored is not None else _not_ready(reason, message),
                 synced=conditions.Condition(conditions.SYNCED, "False", reason, message),
                 stalled=True,
-                extra=extra if mirrored is not None else {**extra, "phase": "Conflict"},
+                extra=extra if mirrored is not None else extra | StatusPatch(phase="Conflict"),
                 keep_observation=facts.bound,
             )
             if res.deleting:
-                _add_deletion_progress(status, res, ctx)
+                status = _add_deletion_progress(status, res, ctx)
             previous = conditions.find(res.status.get("conditions"), conditions.SYNCED)
             if previous is None or previous.get("reason") != reason:
                 events.append(Event("Warning", reason, message))
@@ -480,7 +481,7 @@ def _observed(
     ctx: Context,
     runner: ManagedRunner | None,
     events: list[Event],
-    extra: dict[str, Any],
+    extra: StatusPatch,
     *,
     calls: tuple[str, ...] = (),
 ) -> Outcome:
@@ -532,22 +533,21 @@ def _status(
     ready: conditions.Condition | None,
     synced: conditions.Condition,
     stalled: bool = False,
-    extra: Mapping[str, Any] | None = None,
+    extra: StatusPatch | None = None,
     keep_observation: bool = False,
-) -> dict[str, Any]:
+) -> StatusPatch:
     """The status patch: cloud observations, conditions for this generation, bookkeeping fields."""
     now = ctx.now
     stamp = _rfc3339(now)
-    status: dict[str, Any] = {}
+    status = StatusPatch()
     if runner is not None:
-        status.update(reporting.observed_status(runner))
-        status["phase"] = reporting.phase(runner)
-        status["lastObservedTime"] = stamp
+        status |= reporting.observed_status(runner)
+        status |= StatusPatch(phase=reporting.phase(runner), last_observed_time=stamp)
         if ctx.credential:
             # The credential that last saw the runner: only its NOT_FOUND proves the runner is gone.
-            status["credentialFingerprint"] = ctx.credential
+            status |= StatusPatch(credential_fingerprint=ctx.credential)
     elif not keep_observation:
-        status["phase"] = "Absent" if not res.deleting else "Deleted"
+        status |= StatusPatch(phase="Absent" if not res.deleting else "Deleted")
     updates = [c for c in (ready, synced) if c is not None]
     if ready is None and runner is None and not keep_observation:
         updates.insert(0, _not_ready("Absent", "the runner does not exist"))
@@ -559,26 +559,27 @@ def _status(
         if stalled
         else conditions.Condition(conditions.STALLED, "False", "Progressing", "")
     )
-    status["conditions"] = conditions.merge(
-        res.status.get("conditions"), updates, generation=res.generation, now=stamp
+    status |= StatusPatch(
+        conditions=conditions.merge(
+            res.status.get("conditions"), updates, generation=res.generation, now=stamp
+        )
     )
     if synced.status == "True" or synced.reason == "Paused":
-        status["observedGeneration"] = res.generation
+        status |= StatusPatch(observed_generation=res.generation)
     if res.status.get("plan") and not res.spec.paused:
-        status["plan"] = None
+        status |= StatusPatch(plan=None)
     if ctx.track_secret:
-        status["credentialsSecret"] = ctx.credentials_secret
-    if extra:
-        status.update(extra)
-    _keep_recent_stamp(status, res.status, now)
-    return status
+        status |= StatusPatch(credentials_secret=ctx.credentials_secret)
+    if extra is not None:
+        status |= extra
+    return _keep_recent_stamp(status, res.status, now)
 
 
 STAMP_REFRESH = timedelta(seconds=30)
 """How stale `lastObservedTime` may get while reads find nothing new (see `_keep_recent_stamp`)."""
 
 
-def _keep_recent_stamp(status: dict[str, Any], previous: Mapping[str, Any], now: datetime) -> None:
+def _keep_recent_stamp(status: StatusPatch, previous: Mapping[str, Any], now: datetime) -> StatusPatch:
     """Keep the previous observation stamp while nothing else changed and it is recent.
 
     A new stamp on every 2 s poll would make every in-flight object a status write, a new
@@ -586,32 +587,43 @@ def _keep_recent_stamp(status: dict[str, Any], previous: Mapping[str, Any], now:
     API server and on every watcher. With this, an unchanged observation costs no write at all.
     """
     before = previous.get("lastObservedTime")
-    if "lastObservedTime" not in status or not isinstance(before, str):
-        return
+    if not status.is_set("last_observed_time") or not isinstance(before, str):
+        return status
     try:
         age = now - datetime.fromisoformat(before.replace("Z", "+00:00"))
     except ValueError:
-        return
+        return status
+    patch = status.to_patch()
+    del patch["lastObservedTime"]
     if timedelta(0) <= age < STAMP_REFRESH and all(
-        value == previous.get(key) for key, value in status.items() if key != "lastObservedTime"
+        value == previous.get(key) for key, value in patch.items()
     ):
-        status["lastObservedTime"] = before
+        return status | StatusPatch(last_observed_time=before)
+    return status
 
 
-def _would(facts: planning.Facts) -> dict[str, Any]:
+def _would(facts: planning.Facts) -> PlanPreview:
     """What an unpaused pass would send: the preview a paused resource shows in status.plan."""
     action = planning.plan(facts)
     match action:
         case planning.ReserveRequestId() | planning.Create():
-            return {"action": "create", "updateMask": []}
+            return PlanPreview(action="create", update_mask=())
         case planning.Update(change):
-            return {"action": "update", "updateMask": list(change.mask)}
+            return PlanPreview(action="update", update_mask=tuple(change.mask))
         case planning.Delete(_, replacing=True) | planning.ForgetOld():
-            return {"action": "replace", "updateMask": []}
-    return {"action": "none", "updateMask": []}
+            return PlanPreview(action="replace", update_mask=())
+    return PlanPreview(action="none", update_mask=())
 
 
-def _add_deletion_progress(status: dict[str, Any], res: resource.ManagedRunnerResource, ctx: Context) -> None:
+def _replacement(res: resource.ManagedRunnerResource) -> Replacement | None:
+    """The replacement under way, as stored (None when there is none)."""
+    stored = res.status.get("replacement")
+    return Replacement.model_validate(stored) if stored else None
+
+
+def _add_deletion_progress(
+    status: StatusPatch, res: resource.ManagedRunnerResource, ctx: Context
+) -> StatusPatch:
     """Visible, bounded deletion: when it started, its deadline, and whether it is past it."""
     now = ctx.now
     previous = res.status.get("deletion") or {}
@@ -619,7 +631,9 @@ def _add_deletion_progress(status: dict[str, Any], res: resource.ManagedRunnerRe
     started_at = datetime.fromisoformat(started.replace("Z", "+00:00"))
     deadline = started_at + timedelta(seconds=ctx.deletion_timeout)
     stalled = now >= deadline
-    status["deletion"] = {"requestedTime": started, "deadlineTime": _rfc3339(deadline), "stalled": stalled}
+    status |= StatusPatch(
+        deletion=DeletionProgress(requested_time=started, deadline_time=_rfc3339(deadline), stalled=stalled)
+    )
     if stalled:
         age = int((now - started_at).total_seconds())
         message = (
@@ -627,12 +641,15 @@ def _add_deletion_progress(status: dict[str, Any], res: resource.ManagedRunnerRe
             f"{_rfc3339(deadline)}); still retrying. Check the runner in the CoreWeave console; to give up "
             "on it, set spec.deletionPolicy: Orphan"
         )
-        status["conditions"] = conditions.merge(
-            status.get("conditions") or res.status.get("conditions"),
-            [conditions.Condition(conditions.STALLED, "True", "DeletionStalled", message)],
-            generation=res.generation,
-            now=_rfc3339(now),
+        status |= StatusPatch(
+            conditions=conditions.merge(
+                status.conditions or res.status.get("conditions"),
+                [conditions.Condition(conditions.STALLED, "True", "DeletionStalled", message)],
+                generation=res.generation,
+                now=_rfc3339(now),
+            )
         )
+    return status
 
 
 def _needs_person(exc: Exception) -> bool:

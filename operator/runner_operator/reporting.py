@@ -6,9 +6,8 @@ mirrors only the cloud's observations (install, connection, revisions, errors, t
 
 from __future__ import annotations
 
-from typing import Any
-
 from runner_operator.cloud.models import ConnectionStatus, InstallStatus, ManagedRunner, readiness, to_wire
+from runner_operator.status import StatusPatch
 
 PHASES = {
     InstallStatus.PENDING: "Pending",
@@ -24,30 +23,29 @@ _SHORT = {
 }
 
 
-def observed_status(runner: ManagedRunner) -> dict[str, Any]:
+def observed_status(runner: ManagedRunner) -> StatusPatch:
     """Status fields mirrored from the cloud runner (absent cloud fields are written as null).
 
     `runnerId` is deliberately absent: it records ownership and is written only on create or adoption.
     """
     wire = to_wire(runner)
     identity = wire.get("identity", {})
-    fields = {
-        "clusterName": identity.get("clusterName"),
-        "installStatus": runner.install_status,
-        "connectionStatus": runner.connection_status,
-        "activeRevision": runner.active_revision or 0,
-        "targetRevision": runner.target_revision or 0,
-        "rolloutInProgress": bool(runner.rollout_in_progress),
-        "updateAvailable": bool(runner.update_available),
-        "activeConfigVersion": runner.active_config_version,
-        "installError": wire.get("installError"),
-        "dataPlaneStatus": wire.get("dataPlaneStatus"),
-        "createTime": wire.get("createTime"),
-        "updateTime": wire.get("updateTime"),
-        "lastHeartbeatTime": wire.get("lastHeartbeatTime"),
-        "etag": runner.etag,
-    }
-    return fields
+    return StatusPatch(
+        cluster_name=identity.get("clusterName"),
+        install_status=runner.install_status,
+        connection_status=runner.connection_status,
+        active_revision=runner.active_revision or 0,
+        target_revision=runner.target_revision or 0,
+        rollout_in_progress=bool(runner.rollout_in_progress),
+        update_available=bool(runner.update_available),
+        active_config_version=runner.active_config_version,
+        install_error=wire.get("installError"),
+        data_plane_status=wire.get("dataPlaneStatus"),
+        create_time=wire.get("createTime"),
+        update_time=wire.get("updateTime"),
+        last_heartbeat_time=wire.get("lastHeartbeatTime"),
+        etag=runner.etag,
+    )
 
 
 def phase(runner: ManagedRunner | None) -> str:

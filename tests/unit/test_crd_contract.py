@@ -1,20 +1,21 @@
-"""The ManagedRunner CRD is structural, documented and bounded, and agrees with resource.py and examples/."""
+"""The ManagedRunner CRD is structural, documented and bounded; resource.py, status.py and examples/ agree."""
 
 from __future__ import annotations
 
 import re
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import jsonschema
+import pydantic
 import pytest
 import yaml
 from pydantic import BaseModel
 
-from runner_operator import resource
+from runner_operator import resource, status
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "managedrunners.sandbox.coreweave.com.yaml"
@@ -263,6 +264,198 @@ def test_contract_walk_notices_a_renamed_field() -> None:
     )
     with pytest.raises(AssertionError, match="windows"):
         _compare(renamed, resource.ManagedRunnerSpec, ".spec")
+
+
+# --- CRD <-> status.py -----------------------------------------------------------------------------------
+
+NOT_WRITTEN = {
+    ".status.kopf": "kopf's own storage (handler progress, last handled spec): kopf patches it, the operator "
+    "never writes it through StatusPatch",
+}
+"""Status properties the CRD declares that the operator's status patch never writes, with the reason."""
+
+
+def _check_written(
+    schema: Schema, annotation: Any, path: str, not_written: Mapping[str, str] = NOT_WRITTEN
+) -> None:
+    """Everything the model can write is declared with a compatible type; the rest is listed as not written.
+
+    Unlike the spec (read as stored), the status is written: a model field the CRD lacks is pruned
+    silently, and a field the CRD requires must be required by the model too.
+    """
+    annotation = _unwrap_optional(annotation)
+    origin = typing.get_origin(annotation)
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        assert origin is dict, f"{path}: {annotation}"
+        assert typing.get_args(annotation) == (str, Any), path
+        return
+    kind = schema["type"]
+    if kind == "object":
+        assert isinstance(annotation, type), f"{path}: {annotation}"
+        assert issubclass(annotation, BaseModel), f"{path}: {annotation}"
+        fields = {(info.alias or name): info for name, info in annotation.model_fields.items()}
+        declared = schema["properties"]
+        pruned = sorted(set(fields) - set(declared))
+        assert pruned == [], f"{path}: the API server would prune {pruned}"
+        unaccounted = sorted(
+            f"{path}.{p}" for p in set(declared) - set(fields) if f"{path}.{p}" not in not_written
+        )
+        assert unaccounted == [], f"neither modelled nor listed in NOT_WRITTEN: {unaccounted}"
+        required = {alias for alias, info in fields.items() if info.is_required()}
+        missing = sorted(set(schema.get("required", [])) - required)
+        assert missing == [], f"{path}: the CRD requires {missing}, the model may leave them out"
+        for alias, info in fields.items():
+            _check_written(declared[alias], info.annotation, f"{path}.{alias}", not_written)
+    elif kind == "array":
+        assert origin is tuple, f"{path}: {annotation}"
+        assert typing.get_args(annotation)[1] is Ellipsis, f"{path}: {annotation}"
+        _check_written(schema["items"], typing.get_args(annotation)[0], f"{path}[]", not_written)
+    elif origin is Literal:
+        values = typing.get_args(annotation)
+        assert kind == "string", f"{path}: {annotation} for {kind}"
+        assert all(isinstance(v, str) for v in values), path
+        assert set(values) <= set(schema.get("enum", values)), f"{path}: {values} outside {schema['enum']}"
+    else:
+        assert "enum" not in schema, f"{path}: an enum needs a Literal, not {annotation}"
+        expected = {"string": str, "integer": int, "boolean": bool}[kind]
+        assert annotation is expected, f"{path}: {annotation} for {kind}"
+
+
+def test_status_schema_and_models_agree() -> None:
+    _check_written(STATUS_SCHEMA, status.StatusPatch, ".status")
+
+
+def test_unwritten_status_properties_exist_and_are_not_modelled() -> None:
+    written = {f".status.{info.alias}" for info in status.StatusPatch.model_fields.values()}
+    for path, reason in NOT_WRITTEN.items():
+        assert path.removeprefix(".status.") in STATUS_SCHEMA["properties"], path
+        assert path not in written, f"{path} is modelled now: drop it from NOT_WRITTEN"
+        assert reason.strip(), path
+
+
+def test_status_contract_walk_needs_unwritten_properties_listed() -> None:
+    with pytest.raises(AssertionError, match=r"\['\.status\.kopf'\]"):
+        _check_written(STATUS_SCHEMA, status.StatusPatch, ".status", not_written={})
+
+
+def test_a_full_status_patch_validates_against_the_crd() -> None:
+    stamp = "2026-12-02T12:00:00Z"
+    condition = status.Condition(
+        type="Ready",
+        status="True",
+        reason="Available",
+        message="up",
+        last_transition_time=stamp,
+        observed_generation=2,
+    )
+    full = status.StatusPatch(
+        observed_generation=2,
+        conditions=(condition,),
+        phase="Ready",
+        runner_id="prod-1",
+        adopted=False,
+        create_request_id="6c1d3f0e-3a55-4d4c-9c55-7f0f1c0b2d11",
+        create_requested_time="2026-12-02T12:00:00.123456Z",
+        recreations=1,
+        credential_fingerprint="f" * 64,
+        credentials_secret="coreweave-token",
+        cluster_name="prod",
+        install_status="RUNNER_INSTALL_STATUS_READY",
+        connection_status="RUNNER_CONNECTION_STATUS_CONNECTED",
+        active_revision=3,
+        target_revision=3,
+        rollout_in_progress=False,
+        update_available=True,
+        active_config_version="v1.2.3",
+        install_error=status.InstallError(
+            reason="IMAGE_PULL",
+            message="no",
+            diagnostic_detail="d",
+            remediation_hints=("fix",),
+            occurred_at=stamp,
+        ),
+        data_plane_status={"state": "READY", "protocols": ["grpc"]},
+        create_time=stamp,
+        update_time=stamp,
+        last_heartbeat_time=stamp,
+        etag="e1",
+        last_observed_time=stamp,
+        replacement=status.Replacement(
+            from_runner_id="old", to_runner_id="prod-1", phase="Creating", started_time=stamp
+        ),
+        plan=status.PlanPreview(action="update", update_mask=("spec.overrides.env",)),
+        deletion=status.DeletionProgress(requested_time=stamp, deadline_time=stamp, stalled=False),
+    )
+    patch = full.to_patch()
+    assert set(patch) == {info.alias for info in status.StatusPatch.model_fields.values()}
+    validator = jsonschema.Draft7Validator(_strip_kubernetes_extensions(STATUS_SCHEMA))
+    assert [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(patch)] == []
+
+
+def _copied(
+    model: type[BaseModel],
+    *,
+    rename: Mapping[str, str] | None = None,
+    retype: Mapping[str, Any] | None = None,
+    drop: tuple[str, ...] = (),
+) -> type[BaseModel]:
+    """A status model after a careless edit: a field renamed, retyped (made optional too) or dropped."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        if name in drop:
+            continue
+        annotation = (retype or {}).get(name, info.annotation)
+        required = info.is_required() and name not in (retype or {})
+        fields[(rename or {}).get(name, name)] = (annotation, ... if required else None)
+    copied: type[BaseModel] = pydantic.create_model(
+        f"Copied{model.__name__}", __base__=status.Patchable, **fields
+    )
+    return copied
+
+
+@pytest.mark.parametrize(
+    ("model", "match"),
+    [
+        pytest.param(
+            _copied(status.StatusPatch, rename={"create_requested_time": "create_requested_at"}),
+            r"prune \['createRequestedAt'\]",
+            id="renamed-field",
+        ),
+        pytest.param(
+            _copied(
+                status.StatusPatch,
+                retype={
+                    "deletion": _copied(status.DeletionProgress, rename={"deadline_time": "deadline"}) | None
+                },
+            ),
+            r"\.status\.deletion: the API server would prune \['deadline'\]",
+            id="renamed-nested-field",
+        ),
+        pytest.param(
+            _copied(status.StatusPatch, retype={"recreations": str | None}),
+            r"\.status\.recreations: <class 'str'> for integer",
+            id="wrong-type",
+        ),
+        pytest.param(
+            _copied(status.StatusPatch, drop=("etag",)),
+            r"neither modelled nor listed in NOT_WRITTEN: \['\.status\.etag'\]",
+            id="unaccounted-property",
+        ),
+        pytest.param(
+            _copied(
+                status.StatusPatch,
+                retype={
+                    "conditions": tuple[_copied(status.Condition, retype={"reason": str | None}), ...] | None
+                },
+            ),
+            r"\.status\.conditions\[\]: the CRD requires \['reason'\]",
+            id="optional-required-field",
+        ),
+    ],
+)
+def test_status_contract_walk_notices_a_careless_edit(model: type[BaseModel], match: str) -> None:
+    with pytest.raises(AssertionError, match=match):
+        _check_written(STATUS_SCHEMA, model, ".status")
 
 
 # --- examples ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ REASON_ARG = {
 def reasons_in_code() -> set[str]:
     found: set[str] = set()
     for path in PACKAGE.glob("*.py"):
-        if path.name in ("resource.py", "reasons.py"):  # type literals, and the catalogue itself
+        if path.name in ("resource.py", "status.py", "reasons.py"):  # type literals, and the catalogue itself
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call):

@@ -64,7 +64,7 @@ class Object:
             now=T0 + timedelta(seconds=self.seconds), deletion_timeout=600, credential=credential
         )
         outcome = await reconciling.reconcile(res, Runners(cloud), ctx)
-        self.body["status"] = {**self.body["status"], **outcome.status}
+        self.body["status"] = {**self.body["status"], **outcome.status.to_patch()}
         return outcome
 
     async def bound(self, cloud: CloudClient) -> None:
@@ -175,13 +175,13 @@ def test_a_person_fixable_failure_says_ready_false_and_stalled() -> None:
     res = resource.ManagedRunnerResource.from_body(Object().body)
     ctx = reconciling.Context(now=T0, deletion_timeout=600)
     outcome = reconciling.failed(res, ctx, Unauthenticated("bad token", code="UNAUTHENTICATED"))
-    conds = {c["type"]: (c["status"], c["reason"]) for c in outcome.status["conditions"]}
+    conds = {c.type: (c.status, c.reason) for c in outcome.status.conditions or ()}
     assert conds == {
         "Ready": ("False", "CredentialsRejected"),
         "Synced": ("False", "CredentialsRejected"),
         "Stalled": ("True", "CredentialsRejected"),
     }
-    assert outcome.status["phase"] == "CredentialsRejected"
+    assert outcome.status.phase == "CredentialsRejected"
 
 
 def test_an_unreadable_spec_is_reported_once() -> None:
@@ -192,11 +192,11 @@ def test_an_unreadable_spec_is_reported_once() -> None:
         error = exc
     first = reconciling.unreadable(body, T0, error)
     assert [e.reason for e in first.events] == ["InvalidSpec"]
-    assert "spec.futureField" in first.status["conditions"][0]["message"]
-    body["status"] = dict(first.status)
+    assert "spec.futureField" in first.status.to_patch()["conditions"][0]["message"]
+    body["status"] = first.status.to_patch()
     again = reconciling.unreadable(body, T0 + timedelta(minutes=5), error)
     assert again.events == ()
-    assert again.status == body["status"], "nothing changed: no status write"
+    assert again.status.to_patch() == body["status"], "nothing changed: no status write"
 
 
 def test_identity_is_enough_to_delete_an_unreadable_spec() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 from runner_operator import handlers, reconciling, resource
 from runner_operator.credentials import Credentials
 from runner_operator.settings import Settings
+from runner_operator.status import StatusPatch
 
 
 class Guard:
@@ -57,18 +58,18 @@ async def test_a_secret_that_could_not_be_protected_is_tried_again() -> None:
     assert guard.calls == [("ns", "a", True), ("ns", "a", True)]
 
 
-def outcome(**status: Any) -> reconciling.Outcome:
-    return reconciling.Outcome(status, release=bool(status.pop("_release", False)))
+def outcome(*, release: bool = False, **written: Any) -> reconciling.Outcome:
+    return reconciling.Outcome(StatusPatch(**written), release=release)
 
 
 async def test_switching_secrets_keeps_the_old_one_until_the_new_one_saw_the_runner() -> None:
     guard = Guard()
     switched = res("b", runnerId="r1", credentialsSecret="a")
     # The new Secret resolved but the runner was not seen with it (another organization?): keep `a`.
-    await handlers._release_secrets(credentials(guard), switched, outcome(credentialsSecret="b"), {})
+    await handlers._release_secrets(credentials(guard), switched, outcome(credentials_secret="b"), {})
     assert guard.calls == []
     # The runner was seen with the new credentials: `a` is no longer needed.
-    seen = outcome(credentialsSecret="b", installStatus="RUNNER_INSTALL_STATUS_READY")
+    seen = outcome(credentials_secret="b", install_status="RUNNER_INSTALL_STATUS_READY")
     await handlers._release_secrets(credentials(guard), switched, seen, {})
     assert guard.calls == [("ns", "a", False)]
 
@@ -77,11 +78,9 @@ async def test_release_drops_the_finalizer_only_when_no_other_resource_uses_the_
     guard = Guard()
     gone = res("a", runnerId="r1", credentialsSecret="a")
     users = {"ns/a": [("u1", True), ("u2", False)]}
-    await handlers._release_secrets(credentials(guard), gone, outcome(_release=True), users)
+    await handlers._release_secrets(credentials(guard), gone, outcome(release=True), users)
     assert guard.calls == [], "u2 still uses it"
-    await handlers._release_secrets(
-        credentials(guard), gone, outcome(_release=True), {"ns/a": [("u1", True)]}
-    )
+    await handlers._release_secrets(credentials(guard), gone, outcome(release=True), {"ns/a": [("u1", True)]})
     assert guard.calls == [("ns", "a", False)]
 
 

@@ -55,8 +55,9 @@ class Object:
         res = resource.ManagedRunnerResource.from_body(self.body)
         ctx = reconciling.Context(now=T0 + timedelta(seconds=seconds), deletion_timeout=60)
         outcome = await reconciling.reconcile(res, Runners(cloud), ctx)
-        self.body["status"] = {**self.body["status"], **outcome.status}
-        return outcome.status
+        written = outcome.status.to_patch()
+        self.body["status"] = {**self.body["status"], **written}
+        return written
 
 
 async def test_an_unchanged_observation_keeps_its_stamp_until_it_is_due(cloud: CloudClient) -> None:
