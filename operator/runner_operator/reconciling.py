@@ -171,12 +171,12 @@ def _may_replace(facts: planning.Facts) -> bool:
 async def _cluster_holder(cloud: CloudClient, ctx: Context, cluster_id: str) -> str | None:
     """The runner that holds `cluster_id` in the cloud, from a list taken now (it may decide a delete)."""
     if ctx.cache is not None:
-        runners = await ctx.cache.runners(0)
+        identities = await ctx.cache.identities(0)
     else:
-        runners = [runner async for runner in cloud.iter_runners()]
-    for runner in runners:
-        if runner.identity and (runner.identity.cluster_id or "").lower() == cluster_id.lower():
-            return runner.runner_id
+        identities = [identity async for identity, _ in cloud.iter_entries()]
+    for identity in identities:
+        if (identity.cluster_id or "").lower() == cluster_id.lower():
+            return identity.runner_id
     return None
 
 
