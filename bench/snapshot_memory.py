@@ -143,7 +143,7 @@ async def measure(impl: types.ModuleType, sim: Simulator, ids: list[str]) -> dic
         "snapshot bytes per runner": held / n,
         "peak bytes per runner, first fill": fill_peak / n,
         "peak bytes per runner, refresh": refresh_peak / n,
-        "refresh peak MB (both snapshots, page in flight)": refresh_peak / 1e6,
+        "refresh peak MB (snapshot(s) held + page in flight)": refresh_peak / 1e6,
         "snapshot MB at N=3,000 (projected)": held / n * 3000 / 1e6,
         "snapshot MB at N=10,000 (projected)": held / n * 10_000 / 1e6,
         "refresh ms per 1,000 runners": min(refresh) / n * 1e6,
