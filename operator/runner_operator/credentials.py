@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import SecretStr
@@ -40,6 +42,11 @@ without this, the token would be gone before the finalizer could reach the API, 
 out would be removing the finalizer by hand, leaking the runner. Crossplane protects in-use
 ProviderConfigs the same way.
 """
+
+IDLE_RESYNCS = 3
+"""A token no pass has used for this many resync intervals is forgotten (client closed, cache and budget
+dropped): every resource passes at least once per interval, so none uses it any more (it rotated away).
+Should one come back, its state is built again: a fresh list and a fresh budget."""
 
 log = logging.getLogger(__name__)
 
@@ -129,15 +136,22 @@ class Resolved:
 
 @dataclass
 class Credentials:
-    """Resolves tokens and env Secrets, and keeps one API client per (endpoint, token)."""
+    """Resolves tokens and env Secrets, and keeps one API client per (endpoint, token) while it is in use."""
 
     settings: Settings
     getter: SecretGetter
     observer: Observer | None = None
     guard: SecretGuard | None = None
+    clock: Callable[[], float] = time.monotonic
     _clients: dict[str, CloudClient] = field(default_factory=dict)
     _caches: dict[str, RunnerCache] = field(default_factory=dict)
     _slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+    _used: dict[str, float] = field(default_factory=dict)
+    """token key -> when a pass last used its state; every key of the three maps above is here."""
+    _passes: dict[str, int] = field(default_factory=dict)
+    """token key -> passes in flight (inside `turn`): their state is never forgotten."""
+    _retired: tuple[int, float, int] = (0, 0.0, 0)
+    """budget counters of forgotten clients, so the exported totals never go down."""
     _protected: set[tuple[str, str]] = field(default_factory=set)
 
     async def protect(self, namespace: str, name: str) -> None:
@@ -183,9 +197,50 @@ class Credentials:
         own = res.spec.credentials.secret_ref.name if res.spec.credentials else None
         return Resolved(token=token, env=values, secret=own)
 
+    @contextlib.asynccontextmanager
+    async def turn(self, token: SecretStr, *, creating: bool = False) -> AsyncIterator[None]:
+        """One pass using this token: its client and cache stay open until the pass ends.
+
+        A creating pass also waits for one of the token's `slots`. Entering forgets idle tokens.
+        """
+        key = _key(token)
+        self._passes[key] = self._passes.get(key, 0) + 1
+        try:
+            await self.forget_idle()
+            async with self.slots(token) if creating else contextlib.nullcontext():
+                yield
+        finally:
+            self._passes[key] -= 1
+            if not self._passes[key]:
+                del self._passes[key]
+            self._used[key] = self.clock()
+
+    async def forget_idle(self) -> None:
+        """Close and drop the client, cache, slots and budget of tokens unused for IDLE_RESYNCS intervals."""
+        cutoff = self.clock() - IDLE_RESYNCS * self.settings.resync_interval
+        idle = [key for key, used in self._used.items() if used < cutoff and key not in self._passes]
+        closing: list[tuple[RunnerCache | None, CloudClient | None]] = []
+        for key in idle:  # all dropped before the first await: a concurrent sweep never sees them
+            del self._used[key]
+            self._slots.pop(key, None)
+            cloud = self._clients.pop(key, None)
+            if cloud is not None:
+                s, (waits, seconds, limited) = cloud.budget.stats, self._retired
+                self._retired = (waits + s.waits, seconds + s.wait_seconds, limited + s.rate_limited)
+                budgets.forget(cloud.budget)
+            closing.append((self._caches.pop(key, None), cloud))
+        for cache, cloud in closing:
+            if cache is not None:
+                await cache.close()
+            if cloud is not None:
+                await cloud.aclose()
+        if idle:
+            log.info("Forgot the API client and cache of %d credential(s) unused for a while", len(idle))
+
     def client(self, token: SecretStr) -> CloudClient:
         """The shared client for this token (its request budget is shared by every runner using it)."""
         key = _key(token)
+        self._used[key] = self.clock()
         found = self._clients.get(key)
         if found is None:
             endpoint = self.settings.api_endpoint
@@ -208,6 +263,7 @@ class Credentials:
     def cache(self, token: SecretStr) -> RunnerCache:
         """The batched-read cache shared by every runner using this token."""
         key = _key(token)
+        self._used[key] = self.clock()
         found = self._caches.get(key)
         if found is None:
             found = self._caches[key] = RunnerCache(self.client(token))
@@ -216,6 +272,7 @@ class Credentials:
     def slots(self, token: SecretStr) -> asyncio.Semaphore:
         """Turns for creating passes using this token: a FIFO wait here instead of a long request queue."""
         key = _key(token)
+        self._used[key] = self.clock()
         found = self._slots.get(key)
         if found is None:
             found = self._slots[key] = asyncio.Semaphore(self.settings.passes_per_credential)
@@ -224,12 +281,17 @@ class Credentials:
     def budget_stats(self) -> list[tuple[int, float, int]]:
         """(waits, wait seconds, 429s) of the request budget behind each client, for metrics."""
         stats = [cloud.budget.stats for cloud in self._clients.values()]
-        return [(s.waits, s.wait_seconds, s.rate_limited) for s in stats]
+        return [(s.waits, s.wait_seconds, s.rate_limited) for s in stats] + [self._retired]
 
     async def aclose(self) -> None:
+        for cache in self._caches.values():
+            await cache.close()
         for cloud in self._clients.values():
             await cloud.aclose()
+        self._caches.clear()
         self._clients.clear()
+        self._slots.clear()
+        self._used.clear()
 
     async def _token(self, res: resource.ManagedRunnerResource, read: Reader) -> SecretStr:
         ref = res.spec.credentials.secret_ref if res.spec.credentials else None

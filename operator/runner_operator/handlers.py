@@ -9,7 +9,6 @@ explicitly with stable reasons; kopf's own log lines are not turned into Events.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime
 import logging
@@ -406,7 +405,7 @@ async def _with_credentials(
     # Only the creation backlog takes turns: a pass for a bound runner mostly reads the shared
     # list, and queueing it behind hundreds of creates would hide installs finishing meanwhile.
     creating = creating and not res.status.get("runnerId")
-    async with credentials.slots(resolved.token) if creating else contextlib.nullcontext():
+    async with credentials.turn(resolved.token, creating=creating):
         ctx = dataclasses.replace(
             ctx,
             now=datetime.datetime.now(datetime.UTC),  # the turn may have taken a while

@@ -127,6 +127,12 @@ def shared(
     return budget
 
 
+def forget(budget: RequestBudget) -> None:
+    """Drop this budget from the registry (its credential went unused); the next `shared` starts afresh."""
+    for key in [key for key, found in _registry.items() if found is budget]:
+        del _registry[key]
+
+
 def clear_registry() -> None:
     """Forget every shared budget (tests, or a configuration reload)."""
     _registry.clear()

@@ -124,6 +124,17 @@ class CloudClient:
         `on_send` is called as each page request leaves (after any wait for the request budget):
         the server's view is at least that recent, which a cache needs to know.
         """
+        async for _, entry in self.iter_entries(page_size, on_send):
+            yield _runner(entry)
+
+    async def iter_entries(
+        self, page_size: int | None = None, on_send: Callable[[], None] | None = None
+    ) -> AsyncIterator[tuple[models.RunnerIdentity, dict[str, Any]]]:
+        """Like `iter_runners`, but each runner as its parsed identity and its list entry, still JSON.
+
+        For a cache that keeps entries compactly and parses one (`runner_from_json`) only when a pass
+        asks for it. Only the identity is checked here: an unreadable one fails the whole list.
+        """
         params: dict[str, str] = {}
         if page_size:
             params["pageSize"] = str(page_size)
@@ -134,7 +145,7 @@ class CloudClient:
             if not isinstance(items, list):
                 raise errors.IncompatibleServer("list response has no array of runners")
             for item in items:
-                yield _runner(item)
+                yield _identity(item), item
             token = data.get("nextPageToken")
             if not token:
                 return
@@ -283,6 +294,30 @@ def _item(runner_id: str) -> str:
     return f"{COLLECTION}/{quote(runner_id, safe='')}"
 
 
+def runner_from_json(data: bytes) -> models.ManagedRunner:
+    """A runner from one list entry or response body kept as JSON bytes (as `iter_entries` yields it)."""
+    try:
+        runner = models.ManagedRunner.model_validate_json(data)
+    except pydantic.ValidationError as exc:
+        raise _unparsed(exc) from None
+    if runner.spec is None:
+        raise errors.IncompatibleServer("runner in response has no spec")
+    return runner
+
+
+def _identity(data: object) -> models.RunnerIdentity:
+    identity = data.get("identity") if isinstance(data, dict) else None
+    try:
+        return models.RunnerIdentity.model_validate({} if identity is None else identity)
+    except pydantic.ValidationError as exc:
+        raise _unparsed(exc, "identity") from None
+
+
+def _unparsed(exc: pydantic.ValidationError, *prefix: str) -> errors.IncompatibleServer:
+    where = ", ".join(".".join(str(p) for p in (*prefix, *e["loc"])) for e in exc.errors()[:5])
+    return errors.IncompatibleServer(f"runner in response does not parse at: {where}")
+
+
 def _runner(data: object) -> models.ManagedRunner:
     # A "policy-only" v1 server omits spec; reading that as "spec reset to defaults" would be wrong.
     if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
@@ -290,5 +325,4 @@ def _runner(data: object) -> models.ManagedRunner:
     try:
         return models.parse_runner(data)
     except pydantic.ValidationError as exc:
-        where = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:5])
-        raise errors.IncompatibleServer(f"runner in response does not parse at: {where}") from None
+        raise _unparsed(exc) from None

@@ -54,12 +54,12 @@ class Runners:
     async def cluster_holder(self, cluster_id: str) -> str | None:
         """The runner holding `cluster_id`, from a list taken now (it may decide a delete)."""
         if self.cache is not None:
-            runners = await self.cache.runners(0)
+            identities = await self.cache.identities(0)
         else:
-            runners = [runner async for runner in self.client.iter_runners()]
-        for runner in runners:
-            if runner.identity and (runner.identity.cluster_id or "").lower() == cluster_id.lower():
-                return runner.runner_id
+            identities = [identity async for identity, _ in self.client.iter_entries()]
+        for identity in identities:
+            if (identity.cluster_id or "").lower() == cluster_id.lower():
+                return identity.runner_id
         return None
 
     def _wrote(self, runner_id: str | None, result: ManagedRunner | None = None) -> None:

@@ -100,6 +100,14 @@ def test_registry_shares_one_bucket_per_credential() -> None:
     assert budget.shared("https://elsewhere.test", TOKEN) is not first
 
 
+def test_a_forgotten_budget_is_replaced_by_a_fresh_one() -> None:
+    first = budget.shared(BASE_URL, TOKEN)
+    other = budget.shared(BASE_URL, "other-token")
+    budget.forget(first)
+    assert budget.shared(BASE_URL, TOKEN) is not first
+    assert budget.shared(BASE_URL, "other-token") is other
+
+
 def test_registry_keys_do_not_hold_the_token() -> None:
     budget.shared(BASE_URL, TOKEN)
     assert TOKEN not in repr(budget._registry)

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import tracemalloc
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
-from runner_operator.cloud import budget
+from runner_operator.cloud import budget, errors
+from runner_operator.cloud import cache as cache_module
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.models import parse_runner
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, SimulatorConfig, Timings
 from runner_operator.simulator.server import RunningServer, serve
+from tests.unit.cloud.fakes import BASE_URL, TOKEN, FakeApi, runner_json
 
 
 class Clock:
@@ -156,3 +161,172 @@ async def test_a_list_is_as_recent_as_its_request_not_its_wait_in_the_queue(
     assert calls(server, "get") == 0
     assert (await cache.find(ids[2], max_age=30)) is not None
     assert calls(server, "get") == 1
+
+
+# --- compact snapshot ---------------------------------------------------------------------------
+
+
+class Pages:
+    """FakeApi behind a handler that can refuse list pages after the first (a list that breaks off)."""
+
+    def __init__(self) -> None:
+        self.api = FakeApi()
+        self.break_after_first_page = False
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if self.break_after_first_page and request.url.params.get("pageToken"):
+            return httpx.Response(400, json={"code": 3, "message": "injected", "details": []})
+        return self.api.handle(request)
+
+
+@pytest.fixture
+def pages(monkeypatch: pytest.MonkeyPatch) -> Pages:
+    monkeypatch.setattr(cache_module, "PAGE_SIZE", 2)
+    found = Pages()
+    for i in range(5):
+        found.api.runners[f"r-{i}"] = runner_json(f"r-{i}") | {"displayName": "v1"}
+    return found
+
+
+@pytest.fixture
+async def paged(pages: Pages) -> AsyncIterator[CloudClient]:
+    unlimited = budget.RequestBudget(1000, 1000)
+    transport = httpx.MockTransport(pages.handle)
+    async with CloudClient(BASE_URL, TOKEN, transport=transport, budget=unlimited) as client:
+        yield client
+
+
+async def test_a_listed_runner_reads_as_its_direct_get_does(
+    server: RunningServer, cloud: CloudClient
+) -> None:
+    ids = await seed(cloud, 3)
+    cache = RunnerCache(cloud, clock=Clock())
+    for runner_id in ids:
+        assert await cache.find(runner_id, max_age=5) == await cloud.get(runner_id)
+
+
+async def test_the_snapshot_keeps_runners_compactly(
+    pages: Pages, paged: CloudClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_module, "PAGE_SIZE", 1000)  # one request: the fake keeps every request
+    for i in range(5, 40):
+        pages.api.runners[f"r-{i}"] = runner_json(f"r-{i}")
+    cache = RunnerCache(paged, clock=Clock())
+    await cache.find("r-0", max_age=5)  # warm the client up outside the measurement
+    cache = RunnerCache(paged, clock=Clock())
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        await cache.find("r-0", max_age=5)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - base
+        as_models = [parse_runner(body) for body in pages.api.runners.values()]
+        models = tracemalloc.get_traced_memory()[0] - base - held
+    finally:
+        tracemalloc.stop()
+    assert len(as_models) == 40
+    assert held * 4 < models, f"snapshot {held} bytes, the same runners as models {models} bytes"
+
+
+async def test_a_list_that_breaks_off_keeps_the_earlier_entries(pages: Pages, paged: CloudClient) -> None:
+    clock = Clock()
+    cache = RunnerCache(paged, clock=clock)
+    assert await cache.find("r-4", max_age=5) is not None
+    for runner in pages.api.runners.values():
+        runner["displayName"] = "v2"
+    pages.break_after_first_page = True
+    clock.now += 10
+    with pytest.raises(errors.InvalidArgument):
+        await cache.find("r-0", max_age=5)
+    requests = len(pages.api.requests)
+    first = await cache.find("r-0", max_age=60)
+    later = await cache.find("r-4", max_age=60, trust_absence=True)
+    assert first is not None
+    assert first.display_name == "v2", "the page that arrived replaced its entries"
+    assert later is not None
+    assert later.display_name == "v1", "the page that never came is no absence"
+    assert len(pages.api.requests) == requests
+
+
+async def test_a_runner_missing_from_a_complete_list_is_dropped(pages: Pages, paged: CloudClient) -> None:
+    clock = Clock()
+    cache = RunnerCache(paged, clock=clock)
+    await cache.find("r-0", max_age=5)
+    del pages.api.runners["r-3"]
+    clock.now += 10
+    assert await cache.find("r-3", max_age=5, trust_absence=True) is None
+    assert cache.stats.direct_gets == 0
+    assert await cache.find("r-3", max_age=5) is None
+    assert cache.stats.direct_gets == 1, "absence without trust_absence is still confirmed with a GET"
+
+
+async def test_a_pass_during_a_refresh_reads_the_entries_already_listed_or_kept(
+    pages: Pages, paged: CloudClient
+) -> None:
+    clock = Clock()
+    cache = RunnerCache(paged, clock=clock)
+    await cache.find("r-0", max_age=5)
+    release = asyncio.Event()
+    listing = paged.budget.acquire
+
+    async def slow_second_page(*args: object, **kwargs: object) -> None:
+        if sum(1 for r in pages.api.requests if r.method == "GET") >= 4:
+            await release.wait()
+        await listing(*args, **kwargs)  # type: ignore[arg-type]
+
+    paged.budget.acquire = slow_second_page  # type: ignore[method-assign]
+    clock.now += 10
+    refresh = asyncio.create_task(cache.find("r-0", max_age=5))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not refresh.done()
+    assert [await cache.find(f"r-{i}", max_age=60, trust_absence=True) for i in range(5)] == [
+        parse_runner(pages.api.runners[f"r-{i}"]) for i in range(5)
+    ]
+    release.set()
+    assert await refresh is not None
+
+
+async def test_an_unreadable_entry_fails_only_its_own_runner(pages: Pages, paged: CloudClient) -> None:
+    del pages.api.runners["r-2"]["spec"]
+    cache = RunnerCache(paged, clock=Clock())
+    assert await cache.find("r-1", max_age=5) is not None
+    with pytest.raises(errors.IncompatibleServer, match="no spec"):
+        await cache.find("r-2", max_age=5)
+
+
+async def test_an_unreadable_identity_fails_the_list(pages: Pages, paged: CloudClient) -> None:
+    pages.api.runners["r-2"]["identity"]["clusterId"] = 7
+    cache = RunnerCache(paged, clock=Clock())
+    with pytest.raises(errors.IncompatibleServer, match=r"identity\.clusterId"):
+        await cache.find("r-1", max_age=5)
+
+
+async def test_identities_name_every_runner_and_its_cluster_from_a_list_taken_now(
+    pages: Pages, paged: CloudClient
+) -> None:
+    cache = RunnerCache(paged, clock=Clock())
+    await cache.find("r-0", max_age=5)
+    pages.api.runners["r-9"] = runner_json("r-9") | {"identity": {"runnerId": "r-9", "clusterId": "c-9"}}
+    found = await cache.identities(0)
+    assert cache.stats.lists == 2
+    assert {(i.runner_id, i.cluster_id) for i in found} == {
+        *((f"r-{i}", "00000000-0000-4000-8000-000000000001") for i in range(5)),
+        ("r-9", "c-9"),
+    }
+
+
+async def test_close_stops_a_refresh_in_flight(pages: Pages, paged: CloudClient) -> None:
+    cache = RunnerCache(paged, clock=Clock())
+    stuck = asyncio.Event()
+
+    async def never(*args: object, **kwargs: object) -> None:
+        await stuck.wait()
+
+    paged.budget.acquire = never  # type: ignore[method-assign]
+    finding = asyncio.create_task(cache.find("r-0", max_age=5))
+    await asyncio.sleep(0)
+    await cache.close()
+    with pytest.raises(asyncio.CancelledError):
+        await finding

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
 from runner_operator.cloud import errors, models
 from runner_operator.cloud.budget import RequestBudget
-from runner_operator.cloud.client import CloudClient
+from runner_operator.cloud.client import CloudClient, runner_from_json
 from runner_operator.cloud.retrying import RetryPolicy
 from tests.unit.cloud.fakes import BASE_URL, TOKEN, FakeApi, FakeClock, runner_json
 
@@ -123,6 +125,39 @@ async def test_iter_runners_stops_on_a_repeated_page_token(clock: FakeClock) -> 
         with pytest.raises(errors.IncompatibleServer):
             async for _ in cloud.iter_runners():
                 pass
+
+
+async def test_iter_entries_gives_identities_and_the_entries_as_listed(
+    cloud: CloudClient, api: FakeApi
+) -> None:
+    api.runners["a"] = runner_json("a", displayName="A")
+    api.runners["b"] = runner_json("b")
+    del api.runners["b"]["spec"]  # unread here: only a pass that asks for it finds out
+    listed = [(identity.runner_id, entry) async for identity, entry in cloud.iter_entries()]
+    assert listed == [("a", api.runners["a"]), ("b", api.runners["b"])]
+
+
+async def test_iter_entries_refuses_an_unreadable_identity(cloud: CloudClient, api: FakeApi) -> None:
+    api.runners["a"] = runner_json("a")
+    api.runners["a"]["identity"] = "a"
+    with pytest.raises(errors.IncompatibleServer, match="identity"):
+        async for _ in cloud.iter_entries():
+            pass
+
+
+def test_runner_from_json_reads_as_a_response_does() -> None:
+    body = runner_json("a", createTime="2026-01-02T03:04:05.5Z", activeRevision=3)
+    assert runner_from_json(json.dumps(body).encode()) == models.parse_runner(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [({"identity": {"runnerId": "a"}}, "no spec"), ({"spec": {}, "etag": 5}, "does not parse at: etag")],
+    ids=["no-spec", "bad-field"],
+)
+def test_runner_from_json_refuses_what_a_response_may_not_be(body: dict[str, object], problem: str) -> None:
+    with pytest.raises(errors.IncompatibleServer, match=problem):
+        runner_from_json(json.dumps(body).encode())
 
 
 async def test_update_sends_sorted_mask_and_etag(cloud: CloudClient, api: FakeApi) -> None:
