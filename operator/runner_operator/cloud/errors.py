@@ -10,9 +10,10 @@ import json
 import re
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import httpx
+if TYPE_CHECKING:  # only parses a response it is given: no HTTP here, so the pure core may import it
+    import httpx
 
 MAX_MESSAGE = 256
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runner_operator import reconciling, resource
+from runner_operator import outcomes, reconciling, resource
 from runner_operator.cloud import budget
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.runners import Runners
@@ -74,7 +74,7 @@ async def test_an_unchanged_observation_keeps_its_stamp_until_it_is_due(cloud: C
         "same observation: every field equals what is stored, so nothing is written"
     )
 
-    refreshed = await obj.pass_at(cloud, 1 + reconciling.STAMP_REFRESH.total_seconds())
+    refreshed = await obj.pass_at(cloud, 1 + outcomes.STAMP_REFRESH.total_seconds())
     assert refreshed["lastObservedTime"] == "2026-12-02T12:00:31Z"
     assert all(created.get(k) == v for k, v in refreshed.items() if k != "lastObservedTime")
 
