@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from runner_operator.reasons import Reason
+
 
 class Cadence(StrEnum):
     FAST = "fast"
@@ -26,23 +28,23 @@ class Cadence(StrEnum):
 
 FIXED_OUTSIDE_THE_SPEC = frozenset(
     {
-        "CredentialsRejected",
-        "PermissionDenied",
-        "CredentialsMissing",
-        "CredentialsSecretNotFound",
-        "CredentialsKeyMissing",
-        "SecretNotFound",
-        "SecretKeyMissing",
-        "SecretAccessDenied",
-        "SecretReadFailed",
-        "EndpointMisrouted",
-        "RunnerNotVisible",
+        Reason.CREDENTIALS_REJECTED,
+        Reason.PERMISSION_DENIED,
+        Reason.CREDENTIALS_MISSING,
+        Reason.CREDENTIALS_SECRET_NOT_FOUND,
+        Reason.CREDENTIALS_KEY_MISSING,
+        Reason.SECRET_NOT_FOUND,
+        Reason.SECRET_KEY_MISSING,
+        Reason.SECRET_ACCESS_DENIED,
+        Reason.SECRET_READ_FAILED,
+        Reason.ENDPOINT_MISROUTED,
+        Reason.RUNNER_NOT_VISIBLE,
     }
 )
 """Stalled reasons a person fixes outside the spec: Secrets and endpoints are not watched, so the
 resource is looked at again at the medium cadence to notice the fix within a minute."""
 
-DEGRADED = frozenset({"InstallFailed", "Disconnected"})
+DEGRADED = frozenset({Reason.INSTALL_FAILED, Reason.DISCONNECTED})
 """Ready reasons of a runner that is up but unwell: the cloud may recover it, slowly."""
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner_operator import status
+from runner_operator.reasons import Reason
 
 READY = "Ready"
 SYNCED = "Synced"
@@ -24,7 +25,7 @@ Status = status.ConditionStatus
 class Condition:
     type: str
     status: Status
-    reason: str
+    reason: Reason
     message: str = ""
 
 

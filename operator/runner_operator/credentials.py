@@ -24,6 +24,7 @@ from runner_operator.cloud import budget as budgets
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient, Observer
 from runner_operator.cloud.retrying import RetryPolicy
+from runner_operator.reasons import Reason
 from runner_operator.reconciling import CredentialsProblem
 from runner_operator.settings import Settings
 
@@ -75,11 +76,11 @@ def kubernetes_secret_getter() -> SecretGetter:
                 return None
             if exc.status == 403:
                 raise CredentialsProblem(
-                    "SecretAccessDenied",
+                    Reason.SECRET_ACCESS_DENIED,
                     f"the operator may not read Secret {namespace}/{name} (403): check its RBAC",
                 ) from None
             raise CredentialsProblem(
-                "SecretReadFailed", f"reading Secret {namespace}/{name} failed: HTTP {exc.status}"
+                Reason.SECRET_READ_FAILED, f"reading Secret {namespace}/{name} failed: HTTP {exc.status}"
             ) from None
         return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
 
@@ -114,12 +115,12 @@ def kubernetes_secret_guard() -> SecretGuard:
                 return False
             if exc.status == 403:
                 raise CredentialsProblem(
-                    "SecretAccessDenied",
+                    Reason.SECRET_ACCESS_DENIED,
                     f"the operator may not patch Secret {namespace}/{name} (403) to protect it while in use: "
                     "grant patch on secrets",
                 ) from None
             raise CredentialsProblem(
-                "SecretReadFailed", f"protecting Secret {namespace}/{name} failed: HTTP {exc.status}"
+                Reason.SECRET_READ_FAILED, f"protecting Secret {namespace}/{name} failed: HTTP {exc.status}"
             ) from None
         return True
 
@@ -187,11 +188,11 @@ class Credentials:
             data = await read(res.namespace, ref.name)
             if data is None:
                 raise CredentialsProblem(
-                    "SecretNotFound", f"Secret {res.namespace}/{ref.name} (env) not found"
+                    Reason.SECRET_NOT_FOUND, f"Secret {res.namespace}/{ref.name} (env) not found"
                 )
             if ref.key not in data:
                 raise CredentialsProblem(
-                    "SecretKeyMissing", f"Secret {res.namespace}/{ref.name} has no key {ref.key!r}"
+                    Reason.SECRET_KEY_MISSING, f"Secret {res.namespace}/{ref.name} has no key {ref.key!r}"
                 )
             values[(ref.name, ref.key)] = data[ref.key]
         own = res.spec.credentials.secret_ref.name if res.spec.credentials else None
@@ -304,7 +305,7 @@ class Credentials:
         if self.settings.default_token is not None:
             return self.settings.default_token
         raise CredentialsProblem(
-            "CredentialsMissing",
+            Reason.CREDENTIALS_MISSING,
             "no API token: set spec.credentials.secretRef or configure the operator's default credentials",
         )
 
@@ -313,11 +314,12 @@ class Credentials:
         data = await read(namespace, name)
         if data is None:
             raise CredentialsProblem(
-                "CredentialsSecretNotFound", f"credentials Secret {namespace}/{name} ({origin}) not found"
+                Reason.CREDENTIALS_SECRET_NOT_FOUND,
+                f"credentials Secret {namespace}/{name} ({origin}) not found",
             )
         if not data.get(key):
             raise CredentialsProblem(
-                "CredentialsKeyMissing",
+                Reason.CREDENTIALS_KEY_MISSING,
                 f"credentials Secret {namespace}/{name} has no (non-empty) key {key!r}",
             )
         return SecretStr(str(data[key]).strip())

@@ -21,13 +21,14 @@ from runner_operator.cadence import Cadence, of_status
 from runner_operator.cloud import errors
 from runner_operator.cloud.models import ManagedRunner, readiness
 from runner_operator.desired import SecretValues
+from runner_operator.reasons import Reason
 from runner_operator.status import DeletionProgress, PlanPreview, Replacement, StatusPatch
 
 
 @dataclass(frozen=True)
 class Event:
     type: Literal["Normal", "Warning"]
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -73,7 +74,7 @@ class Context:
 class CredentialsProblem(Exception):
     """The credentials or a referenced Secret could not be read (reported, retried slowly)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -93,7 +94,7 @@ def unreadable(body: Mapping[str, Any], now: datetime, exc: ValueError) -> Outco
     previous: Mapping[str, Any] = body.get("status") or {}
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     message = f"the spec could not be read by this operator version: {_summary(exc)}"
-    reason = "InvalidSpec"
+    reason = Reason.INVALID_SPEC
     status = StatusPatch(
         phase=reason,
         conditions=conditions.merge(
@@ -131,9 +132,9 @@ def never_sent(res: resource.ManagedRunnerResource, bound_here: str | None) -> b
 def released(res: resource.ManagedRunnerResource, ctx: Context, *, orphaned: bool) -> Outcome:
     """The finalizer may go: the API confirmed the runner gone, or it is orphaned (no call needed)."""
     reason, message = (
-        ("Orphaned", f"left runner {res.spec.runner_id} in place (deletionPolicy: Orphan)")
+        (Reason.ORPHANED, f"left runner {res.spec.runner_id} in place (deletionPolicy: Orphan)")
         if orphaned
-        else ("Deleted", f"runner {res.spec.runner_id} is gone")
+        else (Reason.DELETED, f"runner {res.spec.runner_id} is gone")
     )
     status = _status(res, ctx, None, ready=_not_ready(reason, message), synced=_synced())
     return Outcome(status, (Event("Normal", reason, message),), release=True)
@@ -194,7 +195,7 @@ def report(
                     events.append(
                         Event(
                             "Warning",
-                            "RecreatingDeletedRunner",
+                            Reason.RECREATING_DELETED_RUNNER,
                             f"runner {res.spec.runner_id} was deleted outside Kubernetes; creating it again",
                         )
                     )
@@ -202,7 +203,7 @@ def report(
                 res,
                 ctx,
                 None,
-                ready=_not_ready("Creating", "preparing to create the runner"),
+                ready=_not_ready(Reason.CREATING, "preparing to create the runner"),
                 synced=_synced(),
                 extra=extra,
             )
@@ -219,17 +220,17 @@ def report(
                 extra |= StatusPatch(replacement=None)
                 old_id = res.status["replacement"].get("fromRunnerId")
                 events.append(
-                    Event("Normal", "Replaced", f"runner {old_id} was replaced by {res.spec.runner_id}")
+                    Event("Normal", Reason.REPLACED, f"runner {old_id} was replaced by {res.spec.runner_id}")
                 )
             else:
-                events.append(Event("Normal", "Created", f"created runner {res.spec.runner_id}"))
+                events.append(Event("Normal", Reason.CREATED, f"created runner {res.spec.runner_id}"))
             return _observed(res, facts, ctx, created, events, extra, calls=("create",))
         case planning.Bind():
             extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=False)
             events.append(
                 Event(
                     "Normal",
-                    "CreateConfirmed",
+                    Reason.CREATE_CONFIRMED,
                     f"runner {res.spec.runner_id} was created by this resource's request {facts.request_id} "
                     "(its response was lost); it is managed from here",
                 )
@@ -238,7 +239,7 @@ def report(
                 res,
                 ctx,
                 observed,
-                ready=_not_ready("Creating", "the create landed; applying the spec"),
+                ready=_not_ready(Reason.CREATING, "the create landed; applying the spec"),
                 synced=_synced(),
                 extra=extra,
             )
@@ -247,12 +248,12 @@ def report(
             return Outcome(status, tuple(events))
         case planning.Adopt():
             extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=True)
-            events.append(Event("Normal", "Adopted", f"adopted existing runner {res.spec.runner_id}"))
+            events.append(Event("Normal", Reason.ADOPTED, f"adopted existing runner {res.spec.runner_id}"))
             status = _status(
                 res,
                 ctx,
                 observed,
-                ready=_not_ready("Adopting", "adopted; applying the spec"),
+                ready=_not_ready(Reason.ADOPTING, "adopted; applying the spec"),
                 synced=_synced(),
                 extra=extra,
             )
@@ -265,12 +266,12 @@ def report(
                 events.append(
                     Event(
                         "Warning",
-                        "DriftCorrected",
+                        Reason.DRIFT_CORRECTED,
                         f"the runner was changed outside Kubernetes; restored {mask}",
                     )
                 )
             else:
-                events.append(Event("Normal", "Updated", f"updated {mask}"))
+                events.append(Event("Normal", Reason.UPDATED, f"updated {mask}"))
             return _observed(res, facts, ctx, updated, events, extra, calls=("update",))
         case planning.Delete(runner_id, replacing=True):
             replacement = _replacement(res) or Replacement(
@@ -282,7 +283,7 @@ def report(
             events.append(
                 Event(
                     "Normal",
-                    "ReplacementStarted",
+                    Reason.REPLACEMENT_STARTED,
                     f"replacing runner {runner_id} by {res.spec.runner_id}: decommissioning the old one",
                 )
             )
@@ -290,7 +291,7 @@ def report(
                 res,
                 ctx,
                 None,
-                ready=_not_ready("Replacing", f"decommissioning runner {runner_id}"),
+                ready=_not_ready(Reason.REPLACING, f"decommissioning runner {runner_id}"),
                 synced=_synced(),
                 extra=extra,
                 keep_observation=True,
@@ -308,19 +309,21 @@ def report(
                 res,
                 ctx,
                 None,
-                ready=_not_ready("Replacing", f"runner {runner_id} is gone"),
+                ready=_not_ready(Reason.REPLACING, f"runner {runner_id} is gone"),
                 synced=_synced(),
                 extra=extra,
                 keep_observation=True,
             )
             return Outcome(status, tuple(events))
         case planning.Delete(runner_id):
-            events.append(Event("Normal", "DeletionRequested", f"requested deletion of runner {runner_id}"))
+            events.append(
+                Event("Normal", Reason.DELETION_REQUESTED, f"requested deletion of runner {runner_id}")
+            )
             status = _status(
                 res,
                 ctx,
                 observed,
-                ready=_not_ready("Deleting", "decommissioning the runner"),
+                ready=_not_ready(Reason.DELETING, "decommissioning the runner"),
                 synced=_synced(),
             )
             status = _add_deletion_progress(status, res, ctx)
@@ -334,7 +337,7 @@ def report(
                 stalled_now = bool(status.deletion and status.deletion.stalled)
                 if stalled_now and not (res.status.get("deletion") or {}).get("stalled"):
                     stalled = status.condition(conditions.STALLED)
-                    events.append(Event("Warning", "DeletionStalled", str(stalled and stalled.message)))
+                    events.append(Event("Warning", Reason.DELETION_STALLED, str(stalled and stalled.message)))
                 return Outcome(status, tuple(events))
             return _observed(res, facts, ctx, observed, events, extra)
         case planning.Idle():
@@ -373,7 +376,7 @@ def cluster_taken(res: resource.ManagedRunnerResource, holder: str | None, code:
         f"cluster {res.spec.cluster_id} already has a managed runner{where}: a cluster holds at most one. "
         "Adopt that runner (same runnerId, spec.adopt: true) or delete it first"
     )
-    return planning.Conflict("ClusterTaken", f"{message} [{code}]")
+    return planning.Conflict(Reason.CLUSTER_TAKEN, f"{message} [{code}]")
 
 
 def _observed(
@@ -395,7 +398,7 @@ def _observed(
     elif isinstance(action, (planning.Idle, planning.Wait)):
         ready = _not_ready(action.reason, action.message)
     else:
-        ready = _not_ready("Updating", "changes were just sent")
+        ready = _not_ready(Reason.UPDATING, "changes were just sent")
     events.extend(_transitions(res, runner, ready))
     status = _status(res, ctx, runner, ready=ready, synced=_synced(res.spec.paused), extra=extra)
     return Outcome(status, tuple(events), calls=calls)
@@ -408,7 +411,7 @@ def _transitions(
     if before.get("status") == ready.status and before.get("reason") == ready.reason:
         return []
     if ready.status == "True":
-        return [Event("Normal", "Ready", ready.message)]
+        return [Event("Normal", Reason.READY, ready.message)]
     if ready.reason in ("InstallFailed", "Disconnected"):
         return [Event("Warning", ready.reason, ready.message)]
     return []
@@ -417,12 +420,12 @@ def _transitions(
 def _synced(paused: bool = False) -> conditions.Condition:
     if paused:
         return conditions.Condition(
-            conditions.SYNCED, "False", "Paused", "spec.paused is true: changes are not sent to the API"
+            conditions.SYNCED, "False", Reason.PAUSED, "spec.paused is true: changes are not sent to the API"
         )
-    return conditions.Condition(conditions.SYNCED, "True", "Synced", "the last pass applied the spec")
+    return conditions.Condition(conditions.SYNCED, "True", Reason.SYNCED, "the last pass applied the spec")
 
 
-def _not_ready(reason: str, message: str) -> conditions.Condition:
+def _not_ready(reason: Reason, message: str) -> conditions.Condition:
     return conditions.Condition(conditions.READY, "False", reason, message)
 
 
@@ -451,14 +454,14 @@ def _status(
         status |= StatusPatch(phase="Absent" if not res.deleting else "Deleted")
     updates = [c for c in (ready, synced) if c is not None]
     if ready is None and runner is None and not keep_observation:
-        updates.insert(0, _not_ready("Absent", "the runner does not exist"))
+        updates.insert(0, _not_ready(Reason.ABSENT, "the runner does not exist"))
     elif ready is None and conditions.find(res.status.get("conditions"), conditions.READY) is None:
         # Every resource carries Ready after its first pass, whatever failed (kubectl wait, dashboards).
         updates.insert(0, conditions.Condition(conditions.READY, "Unknown", synced.reason, synced.message))
     updates.append(
         conditions.Condition(conditions.STALLED, "True", synced.reason, synced.message)
         if stalled
-        else conditions.Condition(conditions.STALLED, "False", "Progressing", "")
+        else conditions.Condition(conditions.STALLED, "False", Reason.PROGRESSING, "")
     )
     status |= StatusPatch(
         conditions=conditions.merge(
@@ -545,7 +548,7 @@ def _add_deletion_progress(
         status |= StatusPatch(
             conditions=conditions.merge(
                 status.conditions or res.status.get("conditions"),
-                [conditions.Condition(conditions.STALLED, "True", "DeletionStalled", message)],
+                [conditions.Condition(conditions.STALLED, "True", Reason.DELETION_STALLED, message)],
                 generation=res.generation,
                 now=_rfc3339(now),
             )
@@ -557,7 +560,7 @@ def _add_deletion_progress(
 class Failure:
     """How a pass that could not talk to the API (or was told no) is reported."""
 
-    reason: str
+    reason: Reason
     message: str
     terminal: bool
     """only a spec change helps: no eager retry."""
@@ -566,16 +569,16 @@ class Failure:
     retry_after: float | None = None
 
 
-FAILURES: tuple[tuple[type[errors.CloudError], str, bool, bool], ...] = (
+FAILURES: tuple[tuple[type[errors.CloudError], Reason, bool, bool], ...] = (
     # (error, condition reason, terminal?, needs a person?); first match wins, so subclasses first.
-    (errors.RateLimited, "RateLimited", False, False),
-    (errors.Unavailable, "ApiUnavailable", False, False),
-    (errors.StaleEtag, "StaleEtag", False, False),
-    (errors.Unauthenticated, "CredentialsRejected", False, True),
-    (errors.PermissionDenied, "PermissionDenied", False, True),
-    (errors.Misrouted, "EndpointMisrouted", False, True),
-    (errors.InvalidArgument, "InvalidSpec", True, True),
-    (errors.IncompatibleServer, "IncompatibleServer", True, True),
+    (errors.RateLimited, Reason.RATE_LIMITED, False, False),
+    (errors.Unavailable, Reason.API_UNAVAILABLE, False, False),
+    (errors.StaleEtag, Reason.STALE_ETAG, False, False),
+    (errors.Unauthenticated, Reason.CREDENTIALS_REJECTED, False, True),
+    (errors.PermissionDenied, Reason.PERMISSION_DENIED, False, True),
+    (errors.Misrouted, Reason.ENDPOINT_MISROUTED, False, True),
+    (errors.InvalidArgument, Reason.INVALID_SPEC, True, True),
+    (errors.IncompatibleServer, Reason.INCOMPATIBLE_SERVER, True, True),
 )
 """The one table from an API error to what the user sees."""
 
@@ -588,9 +591,12 @@ def classify(exc: Exception) -> Failure:
             retry_after = exc.retry_after if isinstance(exc, errors.RateLimited) else None
             return Failure(reason, _describe(exc), terminal, person, retry_after)
     if isinstance(exc, errors.CloudError):
-        # Any other API answer: its class names it; one no retry can fix needs a person.
-        return Failure(type(exc).__name__, str(exc), not exc.retryable, not exc.retryable)
-    return Failure("InternalError", str(exc), terminal=False, needs_person=False)
+        # Any other API answer: its class names it (an unknown code: ApiError); one no retry can fix
+        # needs a person.
+        known = {reason.value: reason for reason in Reason}
+        reason = known.get(type(exc).__name__, Reason.API_ERROR)
+        return Failure(reason, str(exc), not exc.retryable, not exc.retryable)
+    return Failure(Reason.INTERNAL_ERROR, str(exc), terminal=False, needs_person=False)
 
 
 def _describe(exc: errors.CloudError) -> str:

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from runner_operator.cloud import diff
 from runner_operator.cloud.models import InstallStatus, ManagedRunner, readiness
+from runner_operator.reasons import Reason
 from runner_operator.resource import DeletionPolicy
 
 
@@ -106,7 +107,7 @@ class Release:
 class Wait:
     """Nothing to send now; observe again soon (install, rollout or deletion in flight)."""
 
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -114,7 +115,7 @@ class Wait:
 class Idle:
     """In sync; observe again at the steady-state cadence."""
 
-    reason: str = "InSync"
+    reason: Reason = Reason.IN_SYNC
     message: str = ""
 
 
@@ -122,7 +123,7 @@ class Idle:
 class Conflict:
     """A problem only a spec change (or an outside action) can fix; no call is made."""
 
-    reason: str
+    reason: Reason
     message: str
     forget_request: bool = False
     """the reserved create key provably made nothing: drop it (later passes adopt or report, no replay)."""
@@ -148,14 +149,14 @@ def plan(facts: Facts) -> Action:
     if facts.held_id:
         if not facts.replace:
             return Conflict(
-                "ImmutableFieldChanged",
+                Reason.IMMUTABLE_FIELD_CHANGED,
                 f"runnerId changed from {facts.held_id!r} to {_runner_id(facts)!r}, which cannot be done in "
                 "place: set spec.replacementPolicy: Replace to replace the runner, or restore the runnerId",
             )
         return _plan_replacement(facts, facts.held_id, facts.held)
     if facts.claimed_by:
         return Conflict(
-            "DuplicateRunnerId",
+            Reason.DUPLICATE_RUNNER_ID,
             f"runner ID {_runner_id(facts)!r} is already claimed by ManagedRunner {facts.claimed_by}; "
             "each runner must be managed by exactly one resource",
         )
@@ -171,17 +172,18 @@ def plan(facts: Facts) -> Action:
         return _plan_replacement(facts, _runner_id(facts), observed)
     if observed.install_status == InstallStatus.DELETING:
         return Wait(
-            "DeletingOutOfBand", "the runner is being deleted outside Kubernetes; it will be recreated"
+            Reason.DELETING_OUT_OF_BAND,
+            "the runner is being deleted outside Kubernetes; it will be recreated",
         )
     if changed:
         return Conflict(
-            "ImmutableFieldChanged",
+            Reason.IMMUTABLE_FIELD_CHANGED,
             f"{', '.join(changed)} differ from the existing runner and cannot be changed in place: "
             "create a new ManagedRunner for the new cluster or zone and delete this one, "
             "or set spec.replacementPolicy: Replace",
         )
     if facts.paused:
-        return Idle("Paused", "spec.paused is true: observing only, no changes are sent")
+        return Idle(Reason.PAUSED, "spec.paused is true: observing only, no changes are sent")
     change = diff.compute_update(facts.desired, observed)
     if change is not None:
         return Update(change)
@@ -213,16 +215,17 @@ def _plan_replacement(facts: Facts, old_id: str, old: ManagedRunner | None) -> A
         return _not_visible(facts, old_id)
     if old.install_status == InstallStatus.DELETING:
         return Wait(
-            "Replacing", f"waiting for runner {old_id} to be decommissioned before creating its replacement"
+            Reason.REPLACING,
+            f"waiting for runner {old_id} to be decommissioned before creating its replacement",
         )
     if facts.paused:
         return Idle(
-            "Paused", f"spec.paused is true: the replacement of runner {old_id} waits; nothing is sent"
+            Reason.PAUSED, f"spec.paused is true: the replacement of runner {old_id} waits; nothing is sent"
         )
     new_id = _runner_id(facts)
     if facts.claimed_by:
         return Conflict(
-            "DuplicateRunnerId",
+            Reason.DUPLICATE_RUNNER_ID,
             f"runner ID {new_id!r} is already claimed by ManagedRunner {facts.claimed_by}; runner {old_id} "
             "is kept until the replacement can exist",
         )
@@ -230,7 +233,7 @@ def _plan_replacement(facts: Facts, old_id: str, old: ManagedRunner | None) -> A
     if target is not None:
         if not facts.adopt:
             return Conflict(
-                "ReplacementTargetTaken",
+                Reason.REPLACEMENT_TARGET_TAKEN,
                 f"runner {new_id!r} already exists in the organization, so replacing runner {old_id} by it "
                 f"would leave nothing: runner {old_id} is kept. Choose another runnerId, or set "
                 "spec.adopt: true to take the existing runner over as the replacement",
@@ -238,7 +241,7 @@ def _plan_replacement(facts: Facts, old_id: str, old: ManagedRunner | None) -> A
         mismatch = identity_changes(facts.desired, target)
         if mismatch:
             return Conflict(
-                "AdoptionMismatch",
+                Reason.ADOPTION_MISMATCH,
                 f"cannot adopt runner {new_id!r} as the replacement: its {', '.join(mismatch)} differ "
                 "from the spec",
             )
@@ -246,7 +249,7 @@ def _plan_replacement(facts: Facts, old_id: str, old: ManagedRunner | None) -> A
     if holder and holder != old_id and not (target is not None and holder == new_id):
         cluster = facts.desired.identity.cluster_id if facts.desired.identity else ""
         return Conflict(
-            "ClusterTaken",
+            Reason.CLUSTER_TAKEN,
             f"cluster {cluster} already has managed runner {holder!r}, so the replacement could not be "
             f"created: runner {old_id} is kept. Delete or adopt runner {holder!r} first",
         )
@@ -270,7 +273,7 @@ def _another_runner(facts: Facts, observed: ManagedRunner) -> bool:
 def _not_visible(facts: Facts, runner_id: str) -> Conflict:
     """NOT_FOUND read with a credential other than the one that last saw the runner proves nothing."""
     return Conflict(
-        "RunnerNotVisible",
+        Reason.RUNNER_NOT_VISIBLE,
         f"runner {runner_id} is not found with the current credentials, which are not the ones that last saw "
         "it (a token of another organization sees none of its runners). Nothing is created, forgotten or "
         "released on that answer: restore the credentials that manage it; to let go of the runner, delete "
@@ -303,7 +306,7 @@ def _plan_deletion(facts: Facts) -> Action:
         if _another_runner(facts, facts.held):
             return _not_visible(facts, facts.held_id)
         if facts.held.install_status == InstallStatus.DELETING:
-            return Wait("Deleting", f"runner {facts.held_id} is being decommissioned")
+            return Wait(Reason.DELETING, f"runner {facts.held_id} is being decommissioned")
         return Delete(facts.held_id)
     observed = facts.observed
     if observed is None:
@@ -324,7 +327,7 @@ def _plan_deletion(facts: Facts) -> Action:
     if _another_runner(facts, observed):
         return _not_visible(facts, _runner_id(facts))
     if observed.install_status == InstallStatus.DELETING:
-        return Wait("Deleting", "the runner is being decommissioned")
+        return Wait(Reason.DELETING, "the runner is being decommissioned")
     return Delete(_runner_id(facts))
 
 
@@ -332,7 +335,7 @@ def _plan_absent(facts: Facts) -> Action:
     if (facts.bound or facts.request_id) and facts.credential_changed:
         return _not_visible(facts, _runner_id(facts))
     if facts.paused:
-        return Idle("Paused", "spec.paused is true: the runner does not exist and will not be created")
+        return Idle(Reason.PAUSED, "spec.paused is true: the runner does not exist and will not be created")
     if facts.bound:
         # It existed and is gone: someone deleted it outside Kubernetes. Start a fresh create.
         return ReserveRequestId(facts.new_request_id, recreate=True)
@@ -343,7 +346,7 @@ def _plan_absent(facts: Facts) -> Action:
 
 def _plan_unbound(facts: Facts, observed: ManagedRunner) -> Action:
     if facts.paused:
-        return Idle("Paused", "spec.paused is true: the runner is not claimed, created or adopted")
+        return Idle(Reason.PAUSED, "spec.paused is true: the runner is not claimed, created or adopted")
     if facts.request_id:
         if facts.replay_refused:
             if _created_after_reservation(facts):
@@ -357,14 +360,14 @@ def _plan_unbound(facts: Facts, observed: ManagedRunner) -> Action:
         return Create(facts.desired, facts.request_id)
     if not facts.adopt:
         return Conflict(
-            "RunnerIdTaken",
+            Reason.RUNNER_ID_TAKEN,
             f"a runner with ID {_runner_id(facts)!r} already exists in the organization; "
             "set spec.adopt: true to manage it from this resource, or choose another runnerId",
         )
     changed = identity_changes(facts.desired, observed)
     if changed:
         return Conflict(
-            "AdoptionMismatch",
+            Reason.ADOPTION_MISMATCH,
             f"cannot adopt runner {_runner_id(facts)!r}: its {', '.join(changed)} differ from the spec",
         )
     return Adopt()
@@ -372,7 +375,7 @@ def _plan_unbound(facts: Facts, observed: ManagedRunner) -> Action:
 
 def _taken(facts: Facts) -> Conflict:
     return Conflict(
-        "RunnerIdTaken",
+        Reason.RUNNER_ID_TAKEN,
         f"a runner with ID {_runner_id(facts)!r} already exists and was not created by this resource; "
         "set spec.adopt: true to manage it, or choose another runnerId",
         forget_request=True,
@@ -382,7 +385,7 @@ def _taken(facts: Facts) -> Conflict:
 def _ownership_unknown(facts: Facts) -> Conflict:
     """Neither proof holds: keep the key (so nothing is forgotten) and let a person decide."""
     return Conflict(
-        "OwnershipUnknown",
+        Reason.OWNERSHIP_UNKNOWN,
         f"cannot tell whether runner {_runner_id(facts)!r} was created by this resource: the replay of its "
         "create was refused and the runner's creation time is too close to (or missing next to) the "
         "reservation of the create key to decide. Nothing is deleted, adopted or released: set "

@@ -6,12 +6,78 @@ literal in the code and fails if it is missing here; docs/observability.md is ge
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
 
 EVENT = "Event"
 READY = "Ready"
 SYNCED = "Synced"
 STALLED = "Stalled"
+
+
+class Reason(StrEnum):
+    """Every reason the operator writes: a condition's or an Event's reason is one of these (typed)."""
+
+    CREATED = "Created"
+    ADOPTED = "Adopted"
+    UPDATED = "Updated"
+    DRIFT_CORRECTED = "DriftCorrected"
+    RECREATING_DELETED_RUNNER = "RecreatingDeletedRunner"
+    DELETION_REQUESTED = "DeletionRequested"
+    DELETED = "Deleted"
+    ORPHANED = "Orphaned"
+    READY = "Ready"
+    CREATE_CONFIRMED = "CreateConfirmed"
+    REPLACEMENT_STARTED = "ReplacementStarted"
+    REPLACED = "Replaced"
+    REPLACING = "Replacing"
+    AVAILABLE = "Available"
+    CREATING = "Creating"
+    ADOPTING = "Adopting"
+    UPDATING = "Updating"
+    INSTALLING = "Installing"
+    ROLLING_OUT = "RollingOut"
+    INSTALL_FAILED = "InstallFailed"
+    DISCONNECTED = "Disconnected"
+    UNKNOWN_STATUS = "UnknownStatus"
+    DELETING_OUT_OF_BAND = "DeletingOutOfBand"
+    DELETING = "Deleting"
+    ABSENT = "Absent"
+    PAUSED = "Paused"
+    IN_SYNC = "InSync"
+    SYNCED = "Synced"
+    PROGRESSING = "Progressing"
+    API_UNAVAILABLE = "ApiUnavailable"
+    RATE_LIMITED = "RateLimited"
+    STALE_ETAG = "StaleEtag"
+    CREDENTIALS_REJECTED = "CredentialsRejected"
+    PERMISSION_DENIED = "PermissionDenied"
+    CREDENTIALS_MISSING = "CredentialsMissing"
+    CREDENTIALS_SECRET_NOT_FOUND = "CredentialsSecretNotFound"
+    CREDENTIALS_KEY_MISSING = "CredentialsKeyMissing"
+    SECRET_NOT_FOUND = "SecretNotFound"
+    SECRET_KEY_MISSING = "SecretKeyMissing"
+    SECRET_ACCESS_DENIED = "SecretAccessDenied"
+    SECRET_READ_FAILED = "SecretReadFailed"
+    INTERNAL_ERROR = "InternalError"
+    NOT_FOUND = "NotFound"
+    FAILED_PRECONDITION = "FailedPrecondition"
+    ALREADY_EXISTS = "AlreadyExists"
+    INVALID_SPEC = "InvalidSpec"
+    RUNNER_ID_TAKEN = "RunnerIdTaken"
+    CLUSTER_TAKEN = "ClusterTaken"
+    DUPLICATE_RUNNER_ID = "DuplicateRunnerId"
+    IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
+    ADOPTION_MISMATCH = "AdoptionMismatch"
+    INCOMPATIBLE_SERVER = "IncompatibleServer"
+    UNIMPLEMENTED = "Unimplemented"
+    ENDPOINT_MISROUTED = "EndpointMisrouted"
+    RUNNER_NOT_VISIBLE = "RunnerNotVisible"
+    OWNERSHIP_UNKNOWN = "OwnershipUnknown"
+    REPLACEMENT_TARGET_TAKEN = "ReplacementTargetTaken"
+    DELETION_STALLED = "DeletionStalled"
+    API_ERROR = "ApiError"
+
 
 REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     # life cycle
@@ -141,6 +207,10 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     ),
     "IncompatibleServer": ((EVENT, SYNCED, STALLED), "The API response lacks required fields (e.g. spec)."),
     "Unimplemented": ((EVENT, SYNCED, STALLED), "The API does not implement the call (501)."),
+    "ApiError": (
+        (EVENT, SYNCED, STALLED),
+        "The API answered with an error code this operator does not know.",
+    ),
     "EndpointMisrouted": (
         (EVENT, READY, SYNCED, STALLED),
         "The endpoint answered 404 without the API's NOT_FOUND status (proxy, base path, ingress): nothing "

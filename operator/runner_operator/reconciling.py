@@ -29,6 +29,7 @@ from runner_operator.outcomes import (
     report,
     unreadable,
 )
+from runner_operator.reasons import Reason
 
 __all__ = [
     "Context",
@@ -61,7 +62,7 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: Co
     try:
         desired = desired_runner(res.spec, ctx.secrets, lenient=res.deleting)
     except MissingSecretValue as exc:
-        return failed(res, ctx, CredentialsProblem("SecretNotFound", f"cannot resolve {exc.args[0]}"))
+        return failed(res, ctx, CredentialsProblem(Reason.SECRET_NOT_FOUND, f"cannot resolve {exc.args[0]}"))
     try:
         held_id = res.status.get("runnerId")
         # A pass can run on a body older than our last status write; what this process bound counts.

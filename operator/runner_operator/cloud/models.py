@@ -20,6 +20,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from runner_operator.reasons import Reason
+
 # Markers read by the semantic comparison in diff.py (field metadata, no runtime effect here).
 ENUM: Final = "enum"
 """The field is a proto enum name: `..._UNSPECIFIED` means absent."""
@@ -427,12 +429,12 @@ class ManagedRunner(WireModel):
 class Readiness:
     """Where a runner stands on its way to ready: a condition reason and what to tell the user."""
 
-    reason: str
+    reason: Reason
     message: str
 
     @property
     def ready(self) -> bool:
-        return self.reason == "Available"
+        return self.reason == Reason.AVAILABLE
 
 
 def readiness(runner: ManagedRunner) -> Readiness:
@@ -443,20 +445,20 @@ def readiness(runner: ManagedRunner) -> Readiness:
     """
     status = runner.install_status or InstallStatus.UNSPECIFIED
     if status == InstallStatus.FAILED:
-        return Readiness("InstallFailed", _install_error(runner.install_error))
+        return Readiness(Reason.INSTALL_FAILED, _install_error(runner.install_error))
     if status in (InstallStatus.PENDING, InstallStatus.PROVISIONING, InstallStatus.UNSPECIFIED):
-        return Readiness("Installing", f"install status is {status}")
+        return Readiness(Reason.INSTALLING, f"install status is {status}")
     if runner.rollout_in_progress or (runner.active_revision or 0) < (runner.target_revision or 0):
         return Readiness(
-            "RollingOut",
+            Reason.ROLLING_OUT,
             f"rolling out revision {runner.target_revision} (active {runner.active_revision or 0})",
         )
     if runner.connection_status != ConnectionStatus.CONNECTED:
-        return Readiness("Disconnected", f"connection status is {runner.connection_status or 'unknown'}")
+        return Readiness(Reason.DISCONNECTED, f"connection status is {runner.connection_status or 'unknown'}")
     if status != InstallStatus.READY:
-        return Readiness("UnknownStatus", f"install status is {status}")
+        return Readiness(Reason.UNKNOWN_STATUS, f"install status is {status}")
     return Readiness(
-        "Available",
+        Reason.AVAILABLE,
         f"runner {runner.runner_id} is installed, connected and at revision {runner.target_revision or 0}",
     )
 
