@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT))
 
 from runner_operator import reconciling, resource  # noqa: E402
+from tests.e2e.kube import json_object  # noqa: E402
 from tests.testenv.localcluster import LocalCluster, free_port  # noqa: E402
 
 TOKEN = "CW-SECRET-bench-admin"
@@ -249,7 +250,7 @@ def peak_rss(pid: int) -> float:
 
 
 def ready_count(custom: client.CustomObjectsApi, ns: str) -> tuple[int, dict[str, float]]:
-    items = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+    items = json_object(custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL))["items"]
     ready: dict[str, float] = {}
     for item in items:
         for cond in item.get("status", {}).get("conditions", []):
@@ -269,7 +270,7 @@ def bench_size(
     op = start_operator(cluster, ns, url, args, work, root)
     try:
         time.sleep(3)  # operator start-up, not part of the measurement
-        applied: dict[str, tuple[float, str]] = {}
+        applied: dict[str, tuple[float, dict[str, Any]]] = {}
         t0 = time.time()
         for i in range(n):
             name = f"r{i:05d}"
@@ -285,7 +286,7 @@ def bench_size(
                 },
             }
             created = _create(custom, ns, body)
-            applied[name] = (time.time(), created["metadata"]["uid"])
+            applied[name] = (time.time(), created)
         t_applied = time.time()
         first_ready: dict[str, float] = {}
         probed = time.time()
@@ -305,11 +306,8 @@ def bench_size(
         # The last create cannot be sent before N requests at the budget, then it still installs.
         lower = n / args.api_rps + args.install_seconds
         keys = {}
-        for name, (at, uid) in applied.items():
-            i = int(name[1:])
-            res = resource.ManagedRunnerResource.model_construct(
-                uid=uid, spec=resource.ManagedRunnerSpec.model_construct(runner_id=f"{ns}-{i:05d}"), status={}
-            )
+        for at, created in applied.values():
+            res = resource.ManagedRunnerResource.from_body(created)
             keys[reconciling.request_key(res, recreations=0)] = at
         latencies = sorted(
             e["at"] - keys[q["requestId"][0]]
@@ -423,14 +421,12 @@ def _create(custom: client.CustomObjectsApi, ns: str, body: dict[str, Any]) -> d
     """Create one object, riding out the 5xx a saturated test API server answers (a 504 may still create)."""
     for attempt in range(6):
         try:
-            created: dict[str, Any] = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-            return created
+            return json_object(custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body))
         except client.ApiException as exc:
             if exc.status == 409:
-                found: dict[str, Any] = custom.get_namespaced_custom_object(
-                    GROUP, VERSION, ns, PLURAL, body["metadata"]["name"]
+                return json_object(
+                    custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body["metadata"]["name"])
                 )
-                return found
             if exc.status is None or exc.status < 500 or attempt == 5:
                 raise
             time.sleep(2**attempt)

@@ -242,11 +242,14 @@ def run(
     api = config.new_client_from_config(config_file=str(kubeconfig))
     core = client.CoreV1Api(api)
     ns = f"soak-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns}})
+    core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": ns}}))
     sim = SimulatorThread(TIMINGS).start()
     for i in range(SECRETS):
         core.create_namespaced_secret(
-            ns, {"metadata": {"name": f"cred-{i}"}, "stringData": {"token": sim.token}}
+            ns,
+            client.V1Secret.model_validate(
+                {"metadata": {"name": f"cred-{i}"}, "stringData": {"token": sim.token}}
+            ),
         )
     env = {"RUNNER_OPERATOR_RESYNC_INTERVAL": "10"}
     operator = OperatorProcess(kubeconfig, [ns], sim.url, work, env=env).start()
@@ -288,7 +291,7 @@ def _ready(obj: dict[str, Any]) -> bool:
     status = obj.get("status") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or ()}
     ready = conds.get("Ready", {})
-    return (
+    return bool(
         ready.get("status") == "True"
         and status.get("observedGeneration") == obj["metadata"]["generation"]
         and status.get("runnerId") == obj["spec"]["runnerId"]

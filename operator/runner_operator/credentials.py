@@ -63,9 +63,9 @@ def kubernetes_secret_getter() -> SecretGetter:
     from kubernetes import client, config
 
     try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
+        config.load_kube_config()
     core = client.CoreV1Api()
 
     def get(namespace: str, name: str) -> Mapping[str, str] | None:

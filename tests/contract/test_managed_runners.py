@@ -24,7 +24,9 @@ INSTALL_STATUSES = {
 
 
 def detail(response: httpx.Response, kind: str) -> dict[str, Any]:
-    found = [d for d in response.json().get("details", []) if d.get("@type") == STATUS + kind]
+    found: list[dict[str, Any]] = [
+        d for d in response.json().get("details", []) if d.get("@type") == STATUS + kind
+    ]
     assert found, f"no {kind} detail in {response.text}"
     return found[0]
 

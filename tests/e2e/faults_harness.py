@@ -21,7 +21,7 @@ from kubernetes import client, config
 
 from runner_operator.simulator.config import Timings
 from tests.e2e.harness import GROUP, PLURAL, VERSION, OperatorProcess, SimulatorThread, condition, manifest
-from tests.e2e.kube import Kube, wait_for
+from tests.e2e.kube import Kube, json_object, wait_for
 from tests.e2e.reliability import Call, CallLog, Cloud, Record, cloud_matches, secret_free
 
 TIMINGS = Timings(
@@ -55,7 +55,8 @@ class Conditions(threading.Thread):
         custom = client.CustomObjectsApi(self._api)
         while not self._halt.wait(0.25):
             try:
-                items = custom.list_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL)["items"]
+                listed = custom.list_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL)
+                items = json_object(listed)["items"]
             except Exception:  # the API server may be restarting; keep sampling
                 continue
             for obj in items:
@@ -163,10 +164,9 @@ class FaultEnv:
         return manifest(name, secret=secret, **spec)
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = self.kube.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.ns, PLURAL, body
+        return json_object(
+            self.kube.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body)
         )
-        return result
 
     def get(self, name: str) -> dict[str, Any] | None:
         return self.kube.get(GROUP, VERSION, self.ns, PLURAL, name)
@@ -176,7 +176,7 @@ class FaultEnv:
         obj = self.kube.custom.patch_namespaced_custom_object(
             GROUP, VERSION, self.ns, PLURAL, name, {"spec": spec}
         )
-        return int(obj["metadata"]["generation"])
+        return int(json_object(obj)["metadata"]["generation"])
 
     def delete(self, name: str) -> None:
         self.kube.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)

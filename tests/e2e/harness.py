@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -85,6 +85,12 @@ class SimulatorThread:
         log: dict[str, Any] = self.control("GET", "/requests")
         entries: list[dict[str, Any]] = log.get("requests", log.get("entries", []))
         return entries
+
+
+class RunningOperator(Protocol):
+    """What a life-cycle test needs of the operator under test, however it was started."""
+
+    def output(self) -> str: ...
 
 
 class OperatorProcess:

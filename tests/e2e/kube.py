@@ -38,6 +38,12 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {what or check}; last value: {last!r}")
 
 
+def json_object(value: object) -> dict[str, Any]:
+    """A custom-objects API answer (the client types it `object`) as the JSON object it is."""
+    assert isinstance(value, dict), f"expected a JSON object, got {type(value).__name__}: {value!r}"
+    return value
+
+
 @dataclass
 class Kube:
     kubeconfig: Path
@@ -88,8 +94,9 @@ class Kube:
         name: str = doc["metadata"]["name"]
 
         def established() -> bool:
-            crd = self.apiext.read_custom_resource_definition(name)
-            return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+            status = self.apiext.read_custom_resource_definition(name).status
+            conditions = (status.conditions if status else None) or []
+            return any(c.type == "Established" and c.status == "True" for c in conditions)
 
         wait_for(established, what=f"CRD {name} Established")
         return name
@@ -111,7 +118,10 @@ class Kube:
         request = client.AuthenticationV1TokenRequest(
             spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration)
         )
-        token = self.core.create_namespaced_service_account_token(sa, namespace, request).status.token
+        status = self.core.create_namespaced_service_account_token(sa, namespace, request).status
+        assert status is not None
+        assert status.token, f"no token minted for {namespace}/{sa}"
+        token = status.token
         raw = yaml.safe_load(self.kubeconfig.read_text())
         current = next(c for c in raw["contexts"] if c["name"] == raw["current-context"])
         cluster = next(c for c in raw["clusters"] if c["name"] == current["context"]["cluster"])
@@ -146,10 +156,9 @@ class Kube:
 
     def get(self, group: str, version: str, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
         try:
-            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                group, version, namespace, plural, name
+            return json_object(
+                self.custom.get_namespaced_custom_object(group, version, namespace, plural, name)
             )
-            return obj
         except client.ApiException as exc:
             if exc.status == 404:
                 return None

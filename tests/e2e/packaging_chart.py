@@ -203,8 +203,8 @@ def without(docs: Sequence[Mapping[str, Any]], grant: Grant) -> list[dict[str, A
     """A copy of the rendered chart with one rule removed from every copy of its role."""
     out: list[dict[str, Any]] = []
     removed = 0
-    for doc in docs:
-        doc = copy.deepcopy(dict(doc))
+    for original in docs:
+        doc = copy.deepcopy(dict(original))
         if doc["kind"] in RBAC_KINDS:
             kept = [rule for rule in doc.get("rules") or [] if not grant.matches(doc, rule)]
             removed += len(doc.get("rules") or []) - len(kept)

@@ -36,7 +36,7 @@ from typing import Any
 from runner_operator.simulator.core import Simulator
 from runner_operator.simulator.faults import Decision, LoggedRequest
 from tests.e2e.harness import GROUP, PLURAL, VERSION, SimulatorThread
-from tests.e2e.kube import Kube
+from tests.e2e.kube import Kube, json_object
 
 REPORT_ENV = "RELIABILITY_REPORT"
 JSON_ENV = "RELIABILITY_JSON"
@@ -152,7 +152,7 @@ def cloud_matches(kube: Kube, namespace: str, cloud: Cloud) -> str:
 
     Resources with `deletionPolicy: Orphan` are expected only while they exist. Returns a summary.
     """
-    items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+    items = json_object(kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))["items"]
     runners = cloud.runners()
     wanted = {obj["spec"]["runnerId"]: obj for obj in items}
     assert set(runners) == set(wanted), (

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.e2e.harness import GROUP, PLURAL, VERSION, OperatorProcess, SimulatorThread, condition, manifest
-from tests.e2e.kube import Kube, wait_for
+from tests.e2e.harness import GROUP, PLURAL, VERSION, RunningOperator, SimulatorThread, condition, manifest
+from tests.e2e.kube import Kube, json_object, wait_for
 
 TIMEOUT = 60
 
 
 def create(kube: Kube, ns: str, body: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-    return result
+    return json_object(kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body))
 
 
 def get(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
@@ -51,7 +50,7 @@ def wait_gone(kube: Kube, ns: str, name: str) -> None:
 
 
 def test_create_reaches_ready_with_every_status_field(
-    kube: Kube, ns: str, sim: SimulatorThread, operator: OperatorProcess
+    kube: Kube, ns: str, sim: SimulatorThread, operator: RunningOperator
 ) -> None:
     body = manifest(
         "basic", displayName="Basic runner", overrides={"env": [{"name": "FEATURE", "value": "on"}]}
@@ -95,7 +94,7 @@ def test_create_reaches_ready_with_every_status_field(
 
 
 def test_spec_and_policy_changes_roll_out_and_rotate_the_etag(
-    kube: Kube, ns: str, sim: SimulatorThread, operator: OperatorProcess
+    kube: Kube, ns: str, sim: SimulatorThread, operator: RunningOperator
 ) -> None:
     body = manifest("changes", releaseChannel="RELEASE_CHANNEL_STABLE", overrides={"args": ["--verbose"]})
     create(kube, ns, body)
@@ -105,7 +104,9 @@ def test_spec_and_policy_changes_roll_out_and_rotate_the_etag(
     second = wait_ready(kube, ns, "changes", generation=2)
     assert second["status"]["targetRevision"] == first["status"]["targetRevision"] + 1
     assert second["status"]["activeRevision"] == second["status"]["targetRevision"]
-    assert sim.runner(runner_id)["spec"]["releaseChannel"] == "RELEASE_CHANNEL_RAPID"  # type: ignore[index]
+    cloud = sim.runner(runner_id)
+    assert cloud is not None
+    assert cloud["spec"]["releaseChannel"] == "RELEASE_CHANNEL_RAPID"
 
     patch_spec(
         kube, ns, "changes", {"policy": {"constraints": {"lifecycle": {"defaultLifetimeSeconds": 3600}}}}
@@ -137,7 +138,7 @@ def test_spec_and_policy_changes_roll_out_and_rotate_the_etag(
 
 
 def test_drift_is_corrected_and_out_of_band_deletion_recreated(
-    kube: Kube, ns: str, sim: SimulatorThread, operator: OperatorProcess
+    kube: Kube, ns: str, sim: SimulatorThread, operator: RunningOperator
 ) -> None:
     body = manifest("drift", displayName="as declared")
     create(kube, ns, body)
@@ -167,7 +168,7 @@ def test_drift_is_corrected_and_out_of_band_deletion_recreated(
 
 
 def test_delete_waits_for_the_cloud_then_releases_the_finalizer(
-    kube: Kube, ns: str, sim: SimulatorThread, operator: OperatorProcess
+    kube: Kube, ns: str, sim: SimulatorThread, operator: RunningOperator
 ) -> None:
     body = manifest("bye")
     create(kube, ns, body)
@@ -186,7 +187,7 @@ def test_delete_waits_for_the_cloud_then_releases_the_finalizer(
 
 
 def test_orphan_leaves_the_runner(
-    kube: Kube, ns: str, sim: SimulatorThread, operator: OperatorProcess
+    kube: Kube, ns: str, sim: SimulatorThread, operator: RunningOperator
 ) -> None:
     body = manifest("keep", deletionPolicy="Orphan")
     create(kube, ns, body)
@@ -199,7 +200,7 @@ def test_orphan_leaves_the_runner(
 
 
 def test_adoption_and_runner_id_conflicts(
-    kube: Kube, ns: str, sim: SimulatorThread, operator: OperatorProcess
+    kube: Kube, ns: str, sim: SimulatorThread, operator: RunningOperator
 ) -> None:
     existing = manifest("existing")
     spec = existing["spec"]
@@ -231,7 +232,7 @@ def test_adoption_and_runner_id_conflicts(
 
 
 def test_second_runner_on_a_cluster_is_a_clear_conflict(
-    kube: Kube, ns: str, sim: SimulatorThread, operator: OperatorProcess
+    kube: Kube, ns: str, sim: SimulatorThread, operator: RunningOperator
 ) -> None:
     first = manifest("first")
     create(kube, ns, first)
@@ -244,7 +245,7 @@ def test_second_runner_on_a_cluster_is_a_clear_conflict(
 
 
 def test_bad_credentials_are_reported_then_recovered(
-    kube: Kube, ns: str, sim: SimulatorThread, operator: OperatorProcess
+    kube: Kube, ns: str, sim: SimulatorThread, operator: RunningOperator
 ) -> None:
     body = manifest("creds", secret="missing-secret")
     create(kube, ns, body)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +27,7 @@ from tests.e2e import packaging_chart as chart
 from tests.e2e import test_lifecycle as lifecycle
 from tests.e2e.conftest import E2E_TIMINGS
 from tests.e2e.harness import GROUP, PLURAL, VERSION, SimulatorThread, condition, manifest
-from tests.e2e.kube import Kube, wait_for
+from tests.e2e.kube import Kube, json_object, wait_for
 from tests.e2e.packaging_chart import ROOT, DeployedOperator, Grant
 
 PERMISSION_TIMEOUT = 30
@@ -112,7 +112,7 @@ def install(kube: Kube, docs: list[dict[str, Any]]) -> tuple[dict[str, Any], Pat
 
 def purge(kube: Kube, namespace: str) -> None:
     """Release and delete every ManagedRunner left in `namespace` (the documented way out)."""
-    listed = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    listed = json_object(kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))
     for item in listed["items"]:
         name = item["metadata"]["name"]
         try:
@@ -208,12 +208,15 @@ def test_helm_install_upgrade_and_uninstall(kube: Kube, crd: str, sim: Simulator
             in installed.stdout
         )
         token = kube.core.read_namespaced_secret(f"{name}-managed-runner-operator-api-token", namespace)
+        assert token.data
         assert token.data["token"]
         kube.rbac.read_namespaced_role(f"{name}-managed-runner-operator", watched)
 
         upgraded = chart.helm("upgrade", name, str(chart.CHART), *base, "--values", str(second))
         assert "STATUS: deployed" in upgraded.stdout
         service = kube.core.read_namespaced_service(f"{name}-managed-runner-operator-metrics", namespace)
+        assert service.spec
+        assert service.spec.ports
         assert service.spec.ports[0].target_port == "metrics"
     finally:
         first.unlink()
@@ -223,7 +226,9 @@ def test_helm_install_upgrade_and_uninstall(kube: Kube, crd: str, sim: Simulator
         kube.rbac.read_cluster_role(f"{name}-managed-runner-operator")
     assert gone.value.status == 404
     # Helm never deletes crds/: the ManagedRunners (and the runners they manage) survive an uninstall.
-    assert kube.apiext.read_custom_resource_definition(crd).metadata.name == crd
+    meta = kube.apiext.read_custom_resource_definition(crd).metadata
+    assert meta is not None
+    assert meta.name == crd
 
 
 # -- what the ServiceAccount may do ----------------------------------------------------------------
@@ -277,17 +282,19 @@ def decisions(kube: Kube, namespace: str, sa: str, where: str) -> set[tuple[str,
             if resource not in CLUSTER_SCOPED:
                 attributes["namespace"] = where
             review = authz.create_subject_access_review(
-                {
-                    "apiVersion": "authorization.k8s.io/v1",
-                    "kind": "SubjectAccessReview",
-                    "spec": {
-                        "user": f"system:serviceaccount:{namespace}:{sa}",
-                        "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
-                        "resourceAttributes": attributes,
-                    },
-                }
+                client.V1SubjectAccessReview.model_validate(
+                    {
+                        "apiVersion": "authorization.k8s.io/v1",
+                        "kind": "SubjectAccessReview",
+                        "spec": {
+                            "user": f"system:serviceaccount:{namespace}:{sa}",
+                            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
+                            "resourceAttributes": attributes,
+                        },
+                    }
+                )
             )
-            if review.status.allowed:
+            if review.status is not None and review.status.allowed:
                 allowed.add((group, resource, sub, verb))
     return allowed
 
@@ -367,7 +374,7 @@ class Proof:
 
 
 def _prove(
-    kube: Kube, sim: SimulatorThread, mode: str, removals: list[str | None], logs: Path
+    kube: Kube, sim: SimulatorThread, mode: str, removals: Sequence[str | None], logs: Path
 ) -> dict[str | None, str]:
     """Start one operator per removal side by side (each its own release and namespace), collect evidence."""
     proofs: list[Proof] = []

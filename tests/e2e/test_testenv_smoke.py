@@ -176,6 +176,7 @@ def _create_configmap(
 ) -> client.V1ConfigMap:
     owners = None
     if owner is not None:
+        assert owner.metadata is not None
         owners = [
             client.V1OwnerReference(
                 api_version="v1", kind="ConfigMap", name=owner.metadata.name, uid=owner.metadata.uid
@@ -211,10 +212,12 @@ def test_finalizer_holds_a_terminating_namespace_until_removed(kube: Kube) -> No
     kube.core.delete_namespace(ns)
 
     def finalizers_remaining() -> bool:
-        namespace = kube.core.read_namespace(ns)
-        conditions = {c.type: c.status for c in namespace.status.conditions or []}
+        status = kube.core.read_namespace(ns).status
+        if status is None:
+            return False
+        conditions = {c.type: c.status for c in status.conditions or []}
         held = conditions.get("NamespaceFinalizersRemaining") == "True"
-        return bool(namespace.status.phase == "Terminating" and held)
+        return bool(status.phase == "Terminating" and held)
 
     # The namespace controller has been through the namespace: it deleted what it could and
     # reports the finalizer that holds the rest.
@@ -227,8 +230,11 @@ def test_finalizer_holds_a_terminating_namespace_until_removed(kube: Kube) -> No
     time.sleep(3)
     held = _configmap(kube, ns, "held")
     assert held is not None
+    assert held.metadata is not None
     assert held.metadata.deletion_timestamp is not None
-    assert kube.core.read_namespace(ns).status.phase == "Terminating"
+    status = kube.core.read_namespace(ns).status
+    assert status is not None
+    assert status.phase == "Terminating"
 
     kube.core.patch_namespaced_config_map("held", ns, {"metadata": {"finalizers": None}})
     wait_for(lambda: _gone(kube, ns), timeout=DELETE_TIMEOUT, interval=0.5, what=f"namespace {ns} deleted")
@@ -246,16 +252,16 @@ def test_garbage_collector_follows_owner_references(kube: Kube, propagation: str
     # Foreground and Orphan put a finalizer on the owner that only the garbage collector removes.
     wait_for(lambda: _configmap(kube, ns, "owner") is None, timeout=DELETE_TIMEOUT, what="owner deleted")
     if propagation == "Orphan":
+
+        def orphaned() -> client.V1ObjectMeta | None:
+            cm = _configmap(kube, ns, "dependent")
+            meta = cm.metadata if cm is not None else None
+            return meta if meta is not None and not meta.owner_references else None
+
         dependent = wait_for(
-            lambda: (
-                (cm := _configmap(kube, ns, "dependent")) is not None
-                and not cm.metadata.owner_references
-                and cm
-            ),
-            timeout=DELETE_TIMEOUT,
-            what="the dependent orphaned (ownerReference removed)",
+            orphaned, timeout=DELETE_TIMEOUT, what="the dependent orphaned (ownerReference removed)"
         )
-        assert dependent.metadata.deletion_timestamp is None
+        assert dependent.deletion_timestamp is None
     else:
         wait_for(
             lambda: _configmap(kube, ns, "dependent") is None,
@@ -279,18 +285,22 @@ def test_token_controller_fills_legacy_token_secrets(kube: Kube) -> None:
             type="kubernetes.io/service-account-token",
         ),
     )
-    secret = wait_for(
-        lambda: (s := kube.core.read_namespaced_secret("bot-token", ns)).data and "token" in s.data and s,
-        timeout=DELETE_TIMEOUT,
-        what="the token controller to fill the Secret",
-    )
-    token = base64.b64decode(secret.data["token"]).decode()
+
+    def filled_token() -> str | None:
+        data = kube.core.read_namespaced_secret("bot-token", ns).data
+        encoded = data.get("token") if data else None
+        return base64.b64decode(encoded).decode() if encoded else None
+
+    token = wait_for(filled_token, timeout=DELETE_TIMEOUT, what="the token controller to fill the Secret")
     # The apiserver accepts the token: the controller signed it with the key it verifies with.
     review = client.AuthenticationV1Api(kube.api).create_token_review(
         client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token))
     )
-    assert review.status.authenticated, review.status
-    assert review.status.user.username == f"system:serviceaccount:{ns}:bot"
+    status = review.status
+    assert status is not None
+    assert status.authenticated, status
+    assert status.user is not None
+    assert status.user.username == f"system:serviceaccount:{ns}:bot"
 
 
 def test_controller_manager_survives_an_apiserver_restart(kube: Kube) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         name = runner["metadata"]["name"]
         step(f"creating namespace {namespace} and the API token Secret")
         run([*kubectl, "create", "namespace", namespace], check=False)
-        for secret in _secrets_needed(runner):
+        for secret, data in _secrets_needed(runner).items():
             run(
                 [
                     *kubectl,
@@ -93,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                     "create",
                     "secret",
                     "generic",
-                    secret["name"],
-                    *[f"--from-literal={key}={value}" for key, value in secret["data"].items()],
+                    secret,
+                    *[f"--from-literal={key}={value}" for key, value in data.items()],
                 ]
             )
 
@@ -140,8 +141,8 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _secrets_needed(runner: dict[str, object]) -> list[dict[str, object]]:
-    """The Secrets the example references: the API token and env values (demo values only)."""
+def _secrets_needed(runner: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The Secrets the example references, name to data: the API token and env values (demo values)."""
     spec = runner["spec"]
     assert isinstance(spec, dict)
     secrets: dict[str, dict[str, str]] = {}
@@ -152,7 +153,7 @@ def _secrets_needed(runner: dict[str, object]) -> list[dict[str, object]]:
         secret_ref = (var.get("valueFrom") or {}).get("secretKeyRef")
         if secret_ref:
             secrets.setdefault(secret_ref["name"], {})[secret_ref["key"]] = f"demo-{secret_ref['key']}"
-    return [{"name": name, "data": data} for name, data in secrets.items()]
+    return secrets
 
 
 def established(kubectl: list[str], timeout: float = 60) -> None:

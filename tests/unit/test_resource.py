@@ -95,6 +95,16 @@ def test_missing_metadata_is_an_error_not_an_empty_name() -> None:
         ManagedRunnerResource.from_body(broken)
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [{"runnerId": 7}, {"zone": None}, {"deletionPolicy": "Sometimes"}, {"credentials": {"secretRef": {}}}],
+    ids=["runner-id-not-a-string", "zone-null", "unknown-deletion-policy", "secret-ref-without-name"],
+)
+def test_identity_only_is_none_when_even_the_identity_does_not_parse(spec: dict[str, Any]) -> None:
+    """Deletion of a spec from a newer version reads identity only; with that broken too, nothing."""
+    assert ManagedRunnerResource.identity_only(body(spec | {"futureField": 1})) is None
+
+
 def test_models_are_frozen() -> None:
     runner = ManagedRunnerResource.from_body(body())
     with pytest.raises(ValidationError):

@@ -146,11 +146,11 @@ async def test_a_list_is_as_recent_as_its_request_not_its_wait_in_the_queue(
     cache = RunnerCache(cloud, clock=clock)
     queue = cloud.budget.acquire
 
-    async def slow_turn(*args: object, **kwargs: object) -> None:
+    async def slow_turn(sleep: budget.Sleep = asyncio.sleep, *, max_wait: float = float("inf")) -> None:
         clock.now += 5
         cache.note_write(ids[0])  # answered while the list was still queued
         clock.now += 5
-        await queue(*args, **kwargs)  # type: ignore[arg-type]
+        await queue(sleep, max_wait=max_wait)
 
     monkeypatch.setattr(cloud.budget, "acquire", slow_turn)
     await cache.find(ids[1], max_age=30)

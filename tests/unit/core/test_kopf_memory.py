@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import kopf
 
 from runner_operator import handlers
 
 
 def test_kopf_bodies_lose_their_managed_fields() -> None:
-    raw = {
+    raw: dict[str, Any] = {
         "metadata": {"name": "r", "uid": "u", "managedFields": [{"manager": "kubectl", "fieldsV1": {}}]},
         "spec": {"runnerId": "x"},
     }
-    body = kopf.Body(raw)
+    body = kopf.Body(_raw_body(raw))
     assert handlers.drop_managed_fields(body), "kopf's Body no longer wraps a plain dict: revisit this"
     assert "managedFields" not in raw["metadata"]
     assert "managedFields" not in body.metadata
@@ -21,6 +23,11 @@ def test_kopf_bodies_lose_their_managed_fields() -> None:
 
 
 def test_a_body_without_managed_fields_is_left_as_it_is() -> None:
-    raw = {"metadata": {"name": "r"}}
-    assert handlers.drop_managed_fields(kopf.Body(raw))
+    raw: dict[str, Any] = {"metadata": {"name": "r"}}
+    assert handlers.drop_managed_fields(kopf.Body(_raw_body(raw)))
     assert raw == {"metadata": {"name": "r"}}
+
+
+def _raw_body(raw: dict[str, Any]) -> kopf.RawBody:
+    """The API server's JSON as kopf's type for it; kopf's RawMeta does not list managedFields."""
+    return cast(kopf.RawBody, raw)

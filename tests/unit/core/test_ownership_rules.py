@@ -258,7 +258,8 @@ def test_rule(given: planning.Facts, expected: planning.Action) -> None:
     got = planning.plan(given)
     assert type(got) is type(expected)
     if isinstance(expected, (planning.Conflict, planning.Idle)):
-        assert got.reason == expected.reason  # type: ignore[union-attr]
+        assert isinstance(got, (planning.Conflict, planning.Idle))
+        assert got.reason == expected.reason
         assert got.message
     else:
         assert got == expected

@@ -208,8 +208,9 @@ def test_plan(given: planning.Facts, expected: planning.Action) -> None:
     got = planning.plan(given)
     assert type(got) is type(expected)
     if isinstance(expected, (planning.Conflict, planning.Wait, planning.Idle)):
-        assert got.reason == expected.reason  # type: ignore[union-attr]
-        assert got.message or got == planning.Idle()  # type: ignore[union-attr]
+        assert isinstance(got, (planning.Conflict, planning.Wait, planning.Idle))
+        assert got.reason == expected.reason
+        assert got.message or got == planning.Idle()
     else:
         assert got == expected
 

@@ -32,6 +32,11 @@ def test_gives_up_with_a_clear_error_when_never_served() -> None:
 
 
 def test_returns_at_once_when_served() -> None:
-    calls = []
-    asyncio.run(handlers.wait_until_served(lambda: calls.append(1) or True, within=0.05, interval=10))
+    calls: list[int] = []
+
+    def served() -> bool:
+        calls.append(1)
+        return True
+
+    asyncio.run(handlers.wait_until_served(served, within=0.05, interval=10))
     assert calls == [1]

@@ -418,7 +418,9 @@ def test_lenient_mode_drops_unknown_fields(clock: ManualClock) -> None:
 
 
 def test_affinity_override_is_stored_verbatim(sim: Simulator) -> None:
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+    }
     created = sim.create(runner(spec={"overrides": {"affinity": affinity, "env": {"TOKEN": "s"}}}), "r")
     assert created["spec"]["overrides"]["affinity"] == affinity
     assert created["deploymentSpec"]["affinity"] == affinity
