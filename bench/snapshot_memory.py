@@ -85,7 +85,7 @@ def serve(sim: Simulator) -> Callable[[httpx.Request], httpx.Response]:
             else:
                 data = sim.get(request.url.path.rsplit("/", 1)[-1], copy=False)
         except ApiError as exc:
-            return httpx.Response(exc.http_status, json={"code": exc.code, "message": str(exc)})
+            return httpx.Response(exc.http_status or 500, json={"code": exc.code, "message": str(exc)})
         return httpx.Response(200, json=data)
 
     return handle

@@ -445,7 +445,9 @@ def _copied(
             _copied(
                 status.StatusPatch,
                 retype={
-                    "conditions": tuple[_copied(status.Condition, retype={"reason": str | None}), ...] | None
+                    # A model built at run time, used as a type on purpose (mypy cannot follow it).
+                    "conditions": tuple[_copied(status.Condition, retype={"reason": str | None}), ...]  # type: ignore[misc]
+                    | None
                 },
             ),
             r"\.status\.conditions\[\]: the CRD requires \['reason'\]",

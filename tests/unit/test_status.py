@@ -7,6 +7,7 @@ import pytest
 
 from runner_operator import conditions, reporting
 from runner_operator.cloud.models import ManagedRunner, parse_runner
+from runner_operator.reasons import Reason
 from runner_operator.status import Condition, PlanPreview, Replacement, StatusPatch
 
 STAMP = "2026-12-02T12:00:00Z"
@@ -112,7 +113,7 @@ def test_merged_conditions_keep_stored_ones_verbatim_and_stamp_flips() -> None:
     later = "2026-12-02T12:05:00Z"
     merged = conditions.merge(
         stored,
-        [conditions.Condition(conditions.READY, "True", "Available", "up")],
+        [conditions.Condition(conditions.READY, "True", Reason.AVAILABLE, "up")],
         generation=4,
         now=later,
     )

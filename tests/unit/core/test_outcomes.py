@@ -7,6 +7,7 @@ import pytest
 from runner_operator import outcomes, reasons
 from runner_operator.cloud import errors
 from runner_operator.outcomes import CredentialsProblem, classify
+from runner_operator.reasons import Reason
 
 
 @pytest.mark.parametrize(
@@ -32,7 +33,7 @@ from runner_operator.outcomes import CredentialsProblem, classify
         (errors.InvalidArgument("bad", code="INVALID_ARGUMENT"), "InvalidSpec", True, True),
         (errors.IncompatibleServer("what"), "IncompatibleServer", True, True),
         (errors.Unimplemented("no route", code="UNIMPLEMENTED"), "Unimplemented", True, True),
-        (CredentialsProblem("SecretNotFound", "no Secret x"), "SecretNotFound", False, True),
+        (CredentialsProblem(Reason.SECRET_NOT_FOUND, "no Secret x"), "SecretNotFound", False, True),
         (RuntimeError("bug"), "InternalError", False, False),
     ],
 )

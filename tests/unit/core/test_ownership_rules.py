@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner_operator import planning
+from runner_operator.reasons import Reason
 from tests.unit.core.test_planning import DESIRED, READY, facts, runner
 from tests.unit.core.test_planning_properties import facts as any_facts
 
@@ -24,17 +25,17 @@ RULES = [
     # Absence is evidence only when read with the credential that last saw the runner.
     pytest.param(
         facts(observed=None, bound=True, credential_changed=True),
-        planning.Conflict("RunnerNotVisible", "x"),
+        planning.Conflict(Reason.RUNNER_NOT_VISIBLE, "x"),
         id="absent-with-another-credential-is-not-recreated",
     ),
     pytest.param(
         facts(observed=None, request_id="k1", credential_changed=True),
-        planning.Conflict("RunnerNotVisible", "x"),
+        planning.Conflict(Reason.RUNNER_NOT_VISIBLE, "x"),
         id="absent-with-another-credential-does-not-replay-a-reserved-create",
     ),
     pytest.param(
         facts(deleting=True, observed=None, bound=True, credential_changed=True),
-        planning.Conflict("RunnerNotVisible", "x"),
+        planning.Conflict(Reason.RUNNER_NOT_VISIBLE, "x"),
         id="deleting-absent-with-another-credential-keeps-the-finalizer",
     ),
     pytest.param(
@@ -44,12 +45,12 @@ RULES = [
     ),
     pytest.param(
         facts(deleting=True, observed=None, held_id="old", held=None, credential_changed=True),
-        planning.Conflict("RunnerNotVisible", "x"),
+        planning.Conflict(Reason.RUNNER_NOT_VISIBLE, "x"),
         id="deleting-mid-replacement-with-another-credential-keeps-the-finalizer",
     ),
     pytest.param(
         facts(held_id="old", held=None, replace=True, credential_changed=True, observed=None),
-        planning.Conflict("RunnerNotVisible", "x"),
+        planning.Conflict(Reason.RUNNER_NOT_VISIBLE, "x"),
         id="replaced-runner-absent-with-another-credential-is-not-forgotten",
     ),
     pytest.param(
@@ -72,7 +73,7 @@ RULES = [
             paused=True,
             observed=None,
         ),
-        planning.Idle("Paused", "x"),
+        planning.Idle(Reason.PAUSED, "x"),
         id="paused-replacement-sends-nothing",
     ),
     pytest.param(
@@ -82,7 +83,7 @@ RULES = [
             replace=True,
             paused=True,
         ),
-        planning.Idle("Paused", "x"),
+        planning.Idle(Reason.PAUSED, "x"),
         id="paused-cluster-replacement-sends-nothing",
     ),
     pytest.param(
@@ -92,7 +93,7 @@ RULES = [
             replace=True,
             observed=runner(**READY),
         ),
-        planning.Conflict("ReplacementTargetTaken", "x"),
+        planning.Conflict(Reason.REPLACEMENT_TARGET_TAKEN, "x"),
         id="replacement-onto-an-id-taken-in-the-cloud-keeps-the-old-runner",
     ),
     pytest.param(
@@ -103,7 +104,7 @@ RULES = [
             observed=None,
             claimed_by="ns/other",
         ),
-        planning.Conflict("DuplicateRunnerId", "x"),
+        planning.Conflict(Reason.DUPLICATE_RUNNER_ID, "x"),
         id="replacement-onto-an-id-claimed-by-another-resource-keeps-the-old-runner",
     ),
     pytest.param(
@@ -114,7 +115,7 @@ RULES = [
             observed=None,
             cluster_holder="someone-else",
         ),
-        planning.Conflict("ClusterTaken", "x"),
+        planning.Conflict(Reason.CLUSTER_TAKEN, "x"),
         id="replacement-onto-a-taken-cluster-keeps-the-old-runner",
     ),
     pytest.param(
@@ -147,7 +148,7 @@ RULES = [
             replace=True,
             cluster_holder="someone-else",
         ),
-        planning.Conflict("ClusterTaken", "x"),
+        planning.Conflict(Reason.CLUSTER_TAKEN, "x"),
         id="cluster-replacement-onto-a-taken-cluster-keeps-the-runner",
     ),
     # A lost create is ours whatever the server answers to a replay whose body changed.
@@ -173,12 +174,12 @@ RULES = [
             reserved_at=RESERVED,
             replay_refused=True,
         ),
-        planning.Conflict("RunnerIdTaken", "x"),
+        planning.Conflict(Reason.RUNNER_ID_TAKEN, "x"),
         id="refused-replay-of-an-older-runner-is-taken",
     ),
     pytest.param(
         facts(observed=runner(createTime=AFTER, **READY), request_id="k1", replay_refused=True),
-        planning.Conflict("OwnershipUnknown", "x"),
+        planning.Conflict(Reason.OWNERSHIP_UNKNOWN, "x"),
         id="refused-replay-without-a-reservation-time-is-unknown-and-keeps-the-key",
     ),
     pytest.param(
@@ -188,7 +189,7 @@ RULES = [
             reserved_at=RESERVED,
             replay_refused=True,
         ),
-        planning.Conflict("OwnershipUnknown", "x"),
+        planning.Conflict(Reason.OWNERSHIP_UNKNOWN, "x"),
         id="refused-replay-within-the-clock-margin-is-unknown",
     ),
     pytest.param(
@@ -209,7 +210,7 @@ RULES = [
             credential_changed=True,
             seen_created=RESERVED,
         ),
-        planning.Conflict("RunnerNotVisible", "x"),
+        planning.Conflict(Reason.RUNNER_NOT_VISIBLE, "x"),
         id="another-organizations-runner-with-our-id-is-not-ours",
     ),
     pytest.param(
@@ -220,7 +221,7 @@ RULES = [
             credential_changed=True,
             seen_created=RESERVED,
         ),
-        planning.Conflict("RunnerNotVisible", "x"),
+        planning.Conflict(Reason.RUNNER_NOT_VISIBLE, "x"),
         id="another-organizations-runner-with-our-id-is-never-deleted",
     ),
     pytest.param(
@@ -247,7 +248,7 @@ RULES = [
     ),
     pytest.param(
         facts(deleting=True, observed=runner(**READY), request_id="k1", replay_refused=True),
-        planning.Conflict("OwnershipUnknown", "x"),
+        planning.Conflict(Reason.OWNERSHIP_UNKNOWN, "x"),
         id="deleting-with-unknown-ownership-neither-deletes-nor-releases",
     ),
 ]

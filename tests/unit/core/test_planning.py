@@ -8,6 +8,7 @@ import pytest
 
 from runner_operator import planning
 from runner_operator.cloud.models import ManagedRunner, parse_runner
+from runner_operator.reasons import Reason
 
 IDENTITY = {"runnerId": "r1", "zone": "us-east-04a", "clusterId": "00000000-0000-4000-8000-000000000001"}
 
@@ -52,10 +53,12 @@ CASES = [
         planning.ReserveRequestId("new-key", recreate=True),
         id="bound-but-gone-is-recreated-with-a-new-key",
     ),
-    pytest.param(facts(observed=None, paused=True), planning.Idle("Paused", "x"), id="paused-never-creates"),
+    pytest.param(
+        facts(observed=None, paused=True), planning.Idle(Reason.PAUSED, "x"), id="paused-never-creates"
+    ),
     pytest.param(
         facts(observed=runner(**READY)),
-        planning.Conflict("RunnerIdTaken", "x"),
+        planning.Conflict(Reason.RUNNER_ID_TAKEN, "x"),
         id="existing-foreign-runner-is-a-conflict",
     ),
     pytest.param(
@@ -66,7 +69,7 @@ CASES = [
     pytest.param(facts(observed=runner(**READY), adopt=True), planning.Adopt(), id="adopt-matching-runner"),
     pytest.param(
         facts(observed=runner(identity={"zone": "us-west-01a"}, **READY), adopt=True),
-        planning.Conflict("AdoptionMismatch", "x"),
+        planning.Conflict(Reason.ADOPTION_MISMATCH, "x"),
         id="adopt-refuses-other-zone",
     ),
     pytest.param(
@@ -74,7 +77,7 @@ CASES = [
     ),
     pytest.param(
         facts(observed=runner(**READY), bound=True, claimed_by="ns/other"),
-        planning.Conflict("DuplicateRunnerId", "x"),
+        planning.Conflict(Reason.DUPLICATE_RUNNER_ID, "x"),
         id="second-claimant-is-a-conflict",
     ),
     pytest.param(
@@ -82,12 +85,12 @@ CASES = [
             observed=runner(identity={"clusterId": "00000000-0000-4000-8000-000000000009"}, **READY),
             bound=True,
         ),
-        planning.Conflict("ImmutableFieldChanged", "x"),
+        planning.Conflict(Reason.IMMUTABLE_FIELD_CHANGED, "x"),
         id="identity-drift-is-terminal",
     ),
     pytest.param(
         facts(observed=runner(installStatus="RUNNER_INSTALL_STATUS_PROVISIONING"), bound=True),
-        planning.Wait("Installing", "x"),
+        planning.Wait(Reason.INSTALLING, "x"),
         id="provisioning-waits",
     ),
     pytest.param(
@@ -97,12 +100,12 @@ CASES = [
             ),
             bound=True,
         ),
-        planning.Wait("InstallFailed", "x"),
+        planning.Wait(Reason.INSTALL_FAILED, "x"),
         id="install-failure-waits-and-reports",
     ),
     pytest.param(
         facts(observed=runner(**{**READY, "targetRevision": 2, "rolloutInProgress": True}), bound=True),
-        planning.Wait("RollingOut", "x"),
+        planning.Wait(Reason.ROLLING_OUT, "x"),
         id="rollout-waits",
     ),
     pytest.param(
@@ -110,17 +113,17 @@ CASES = [
             observed=runner(**{**READY, "connectionStatus": "RUNNER_CONNECTION_STATUS_DISCONNECTED"}),
             bound=True,
         ),
-        planning.Wait("Disconnected", "x"),
+        planning.Wait(Reason.DISCONNECTED, "x"),
         id="disconnected-waits",
     ),
     pytest.param(
         facts(observed=runner(installStatus="RUNNER_INSTALL_STATUS_DELETING"), bound=True),
-        planning.Wait("DeletingOutOfBand", "x"),
+        planning.Wait(Reason.DELETING_OUT_OF_BAND, "x"),
         id="out-of-band-deletion-waits-then-recreates",
     ),
     pytest.param(
         facts(observed=runner(displayName="old", **READY), bound=True, paused=True),
-        planning.Idle("Paused", "x"),
+        planning.Idle(Reason.PAUSED, "x"),
         id="paused-sends-no-update",
     ),
     pytest.param(
@@ -130,7 +133,7 @@ CASES = [
     ),
     pytest.param(
         facts(deleting=True, observed=runner(installStatus="RUNNER_INSTALL_STATUS_DELETING"), bound=True),
-        planning.Wait("Deleting", "x"),
+        planning.Wait(Reason.DELETING, "x"),
         id="deleting-waits-until-gone",
     ),
     pytest.param(facts(deleting=True, observed=None, bound=True), planning.Release(), id="gone-releases"),
@@ -151,7 +154,7 @@ CASES = [
     ),
     pytest.param(
         facts(observed=None, held_id="old", held=runner(identity={"runnerId": "old"}, **READY)),
-        planning.Conflict("ImmutableFieldChanged", "x"),
+        planning.Conflict(Reason.IMMUTABLE_FIELD_CHANGED, "x"),
         id="runner-id-change-without-opt-in-is-refused",
     ),
     pytest.param(
@@ -166,7 +169,7 @@ CASES = [
             held_id="old",
             held=runner(identity={"runnerId": "old"}, installStatus="RUNNER_INSTALL_STATUS_DELETING"),
         ),
-        planning.Wait("Replacing", "x"),
+        planning.Wait(Reason.REPLACING, "x"),
         id="replace-waits-for-the-old-runner-to-go",
     ),
     pytest.param(
@@ -192,7 +195,7 @@ CASES = [
             bound=True,
             replace=True,
         ),
-        planning.Wait("Replacing", "x"),
+        planning.Wait(Reason.REPLACING, "x"),
         id="replace-on-cluster-change-waits",
     ),
     pytest.param(

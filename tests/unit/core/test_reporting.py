@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from runner_operator import reporting
+from runner_operator import cadence, reporting
 from runner_operator.cloud.models import ManagedRunner, parse_runner
 
 IDENTITY = {"runnerId": "r1", "zone": "us-east-04a", "clusterId": "00000000-0000-4000-8000-000000000001"}
@@ -108,9 +108,10 @@ CADENCES = [
 
 @pytest.mark.parametrize(("status", "expected"), CADENCES)
 def test_cadence(status: dict[str, Any], expected: str) -> None:
-    assert reporting.cadence(status) == expected
+    assert cadence.of_status(status).cadence == expected
 
 
-@pytest.mark.parametrize("reason", sorted(reporting.FIXED_OUTSIDE_THE_SPEC))
+@pytest.mark.parametrize("reason", sorted(cadence.FIXED_OUTSIDE_THE_SPEC))
 def test_a_stall_a_person_fixes_outside_the_spec_is_looked_at_at_the_medium_cadence(reason: str) -> None:
-    assert reporting.cadence(conditions(Synced=("False", reason), Stalled=("True", "x"))) == "medium"
+    verdict = cadence.of_status(conditions(Synced=("False", reason), Stalled=("True", "x")))
+    assert verdict.cadence == "medium"
