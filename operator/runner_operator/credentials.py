@@ -24,8 +24,8 @@ from runner_operator.cloud import budget as budgets
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient, Observer
 from runner_operator.cloud.retrying import RetryPolicy
+from runner_operator.outcomes import CredentialsProblem
 from runner_operator.reasons import Reason
-from runner_operator.reconciling import CredentialsProblem
 from runner_operator.settings import Settings
 
 SecretGetter = Callable[[str, str], Mapping[str, str] | None]
