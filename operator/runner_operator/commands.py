@@ -17,7 +17,7 @@ import yaml
 
 from runner_operator import exporting, planning, preview, resource
 from runner_operator.cloud.client import CloudClient
-from runner_operator.cloud.models import ManagedRunner
+from runner_operator.cloud.models import CloudRunner
 from runner_operator.desired import desired_runner
 
 UNKNOWN_KEY = "<derived from the resource UID when applied>"
@@ -102,7 +102,7 @@ async def export(
 
 
 def write_exports(
-    runners: Sequence[ManagedRunner], out_dir: Path, *, namespace: str, credentials_secret: str
+    runners: Sequence[CloudRunner], out_dir: Path, *, namespace: str, credentials_secret: str
 ) -> list[Path]:
     written: list[Path] = []
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -136,7 +136,7 @@ class Resolved:
 
 
 @dataclass
-class Credentials:
+class TokenRegistry:
     """Resolves tokens and env Secrets, and keeps one API client per (endpoint, token) while it is in use."""
 
     settings: Settings

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runner_operator import resource
-from runner_operator.cloud.models import ManagedRunner, parse_runner
+from runner_operator.cloud.models import CloudRunner, parse_runner
 
 SecretValues = Mapping[tuple[str, str], str]
 """(secret name, key) -> value, for every env entry that references a Secret."""
@@ -34,7 +34,7 @@ class MissingSecretValue(KeyError):
 
 def desired_runner(
     spec: resource.ManagedRunnerSpec, secrets: SecretValues | None = None, *, lenient: bool = False
-) -> ManagedRunner:
+) -> CloudRunner:
     """The API body for this spec, zone lower-cased as the API stores it.
 
     `lenient` leaves unresolved Secret values empty: deletion needs only the identity, and env Secrets

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from runner_operator import resource
-from runner_operator.cloud.models import ManagedRunner, to_wire
+from runner_operator.cloud.models import CloudRunner, to_wire
 from runner_operator.desired import RUNNER_SPEC_FIELDS
 
 HEADER = (
@@ -25,7 +25,7 @@ _KEY = re.compile(r"[^-._a-zA-Z0-9]")
 
 
 def to_manifest(
-    runner: ManagedRunner, *, namespace: str, credentials_secret: str
+    runner: CloudRunner, *, namespace: str, credentials_secret: str
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(ManagedRunner manifest, env Secret manifest or None) for one runner."""
     wire = to_wire(runner, request=True)

@@ -23,7 +23,7 @@ from aiohttp import web
 from runner_operator import cadence, metrics, reconciling, resource, settings
 from runner_operator import credentials as creds
 from runner_operator.cloud.runners import Runners
-from runner_operator.credentials import Credentials, kubernetes_secret_getter, kubernetes_secret_guard
+from runner_operator.credentials import TokenRegistry, kubernetes_secret_getter, kubernetes_secret_guard
 from runner_operator.reconciling import CredentialsProblem, Outcome
 
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
@@ -45,7 +45,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     registry = metrics.Registry()
-    credentials = Credentials(
+    credentials = TokenRegistry(
         CONFIG,
         kubernetes_secret_getter(),
         observer=registry.observe_request,
@@ -132,7 +132,7 @@ async def login(memo: kopf.Memo, **kwargs: Any) -> kopf.AiohttpSession | None:
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    credentials: Credentials | None = memo.get("credentials")
+    credentials: TokenRegistry | None = memo.get("credentials")
     if credentials is not None:
         await credentials.aclose()
     server: web.AppRunner | None = memo.get("metrics_server")
@@ -364,7 +364,7 @@ async def _pass(
             claimed_by=_claimed_by(res, claims or {}),
             bound_here=memo.bound.get(uid),
         )
-        credentials: Credentials = memo.credentials
+        credentials: TokenRegistry = memo.credentials
         orphan = res.spec.deletion_policy == "Orphan"
         if res.deleting and (orphan or reconciling.never_sent(res, memo.bound.get(uid))):
             # Orphan, or nothing was ever sent to the API: no credentials, no call needed.
@@ -390,7 +390,7 @@ async def _pass(
 async def _with_credentials(
     res: resource.ManagedRunnerResource,
     ctx: reconciling.Context,
-    credentials: Credentials,
+    credentials: TokenRegistry,
     *,
     creating: bool,
     max_age: float,
@@ -419,7 +419,10 @@ async def _with_credentials(
 
 
 async def _release_secrets(
-    credentials: Credentials, res: resource.ManagedRunnerResource, outcome: Outcome, users: Mapping[str, Any]
+    credentials: TokenRegistry,
+    res: resource.ManagedRunnerResource,
+    outcome: Outcome,
+    users: Mapping[str, Any],
 ) -> None:
     """Drop the in-use finalizer from credentials Secrets this resource no longer needs, if no other does.
 
@@ -459,7 +462,7 @@ def _other_users(users: Mapping[str, Any], namespace: str, name: str, uid: str) 
 
 
 async def _unprotect_when_unused(
-    credentials: Credentials, users: Mapping[str, Any], namespace: str, name: str, uid: str
+    credentials: TokenRegistry, users: Mapping[str, Any], namespace: str, name: str, uid: str
 ) -> None:
     """Re-read the live index a few times; unprotect once no other ManagedRunner uses the Secret."""
     for _ in range(RECHECK_TIMES):
@@ -472,7 +475,7 @@ async def _unprotect_when_unused(
             return  # a live user keeps it
 
 
-async def _unprotect(credentials: Credentials, namespace: str, name: str) -> None:
+async def _unprotect(credentials: TokenRegistry, namespace: str, name: str) -> None:
     try:
         await credentials.unprotect(namespace, name)
     except CredentialsProblem as exc:

@@ -19,7 +19,7 @@ import pydantic
 from runner_operator import conditions, planning, reporting, resource
 from runner_operator.cadence import Cadence, of_status
 from runner_operator.cloud import errors
-from runner_operator.cloud.models import ManagedRunner, readiness
+from runner_operator.cloud.models import CloudRunner, readiness
 from runner_operator.desired import SecretValues
 from runner_operator.reasons import Reason
 from runner_operator.status import DeletionProgress, PlanPreview, Replacement, StatusPatch
@@ -169,7 +169,7 @@ def report(
     ctx: Context,
     facts: planning.Facts,
     action: planning.Action,
-    answer: ManagedRunner | None = None,
+    answer: CloudRunner | None = None,
 ) -> Outcome:
     """What a pass that took `action` reports: status, conditions and Events (pure).
 
@@ -383,7 +383,7 @@ def _observed(
     res: resource.ManagedRunnerResource,
     facts: planning.Facts,
     ctx: Context,
-    runner: ManagedRunner | None,
+    runner: CloudRunner | None,
     events: list[Event],
     extra: StatusPatch,
     *,
@@ -405,7 +405,7 @@ def _observed(
 
 
 def _transitions(
-    res: resource.ManagedRunnerResource, runner: ManagedRunner | None, ready: conditions.Condition
+    res: resource.ManagedRunnerResource, runner: CloudRunner | None, ready: conditions.Condition
 ) -> list[Event]:
     before = conditions.find(res.status.get("conditions"), conditions.READY) or {}
     if before.get("status") == ready.status and before.get("reason") == ready.reason:
@@ -432,7 +432,7 @@ def _not_ready(reason: Reason, message: str) -> conditions.Condition:
 def _status(
     res: resource.ManagedRunnerResource,
     ctx: Context,
-    runner: ManagedRunner | None,
+    runner: CloudRunner | None,
     *,
     ready: conditions.Condition | None,
     synced: conditions.Condition,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runner_operator.cloud import diff
-from runner_operator.cloud.models import InstallStatus, ManagedRunner, readiness
+from runner_operator.cloud.models import CloudRunner, InstallStatus, readiness
 from runner_operator.reasons import Reason
 from runner_operator.resource import DeletionPolicy
 
@@ -19,8 +19,8 @@ from runner_operator.resource import DeletionPolicy
 class Facts:
     """What the reconciler observed, in one value."""
 
-    desired: ManagedRunner
-    observed: ManagedRunner | None
+    desired: CloudRunner
+    observed: CloudRunner | None
     deleting: bool = False
     paused: bool = False
     adopt: bool = False
@@ -37,7 +37,7 @@ class Facts:
     """spec.replacementPolicy is Replace: an identity change replaces the runner."""
     held_id: str | None = None
     """the runner this resource holds (status.runnerId), when it differs from the spec's runner ID."""
-    held: ManagedRunner | None = None
+    held: CloudRunner | None = None
     """the observation of `held_id`."""
     credential_changed: bool = False
     """the credential in use is not the one that last saw (or reserved) the runner.
@@ -63,7 +63,7 @@ class ReserveRequestId:
 
 @dataclass(frozen=True)
 class Create:
-    body: ManagedRunner
+    body: CloudRunner
     request_id: str
 
 
@@ -190,7 +190,7 @@ def plan(facts: Facts) -> Action:
     return _progress(observed)
 
 
-def identity_changes(desired: ManagedRunner, observed: ManagedRunner) -> list[str]:
+def identity_changes(desired: CloudRunner, observed: CloudRunner) -> list[str]:
     """Immutable identity fields (spec names) whose desired value differs from the runner's."""
     return [path.removeprefix("identity.") for path in diff.immutable_differences(desired, observed)]
 
@@ -199,7 +199,7 @@ def _runner_id(facts: Facts) -> str:
     return (facts.desired.identity.runner_id if facts.desired.identity else None) or ""
 
 
-def _plan_replacement(facts: Facts, old_id: str, old: ManagedRunner | None) -> Action:
+def _plan_replacement(facts: Facts, old_id: str, old: CloudRunner | None) -> Action:
     """Break before make: the old runner goes first, but only once the new one is proven able to exist.
 
     The runner ID is the API's key and a cluster holds one runner, so a new runner with the same ID or
@@ -256,7 +256,7 @@ def _plan_replacement(facts: Facts, old_id: str, old: ManagedRunner | None) -> A
     return Delete(old_id, replacing=True)
 
 
-def _another_runner(facts: Facts, observed: ManagedRunner) -> bool:
+def _another_runner(facts: Facts, observed: CloudRunner) -> bool:
     """With a new credential, a runner under our ID that was created at another time is not ours.
 
     Runner IDs are unique per organization only: another organization's token may find its own
@@ -344,7 +344,7 @@ def _plan_absent(facts: Facts) -> Action:
     return Create(facts.desired, facts.request_id)
 
 
-def _plan_unbound(facts: Facts, observed: ManagedRunner) -> Action:
+def _plan_unbound(facts: Facts, observed: CloudRunner) -> Action:
     if facts.paused:
         return Idle(Reason.PAUSED, "spec.paused is true: the runner is not claimed, created or adopted")
     if facts.request_id:
@@ -410,6 +410,6 @@ def _created_before_reservation(facts: Facts) -> bool:
     )
 
 
-def _progress(observed: ManagedRunner) -> Action:
+def _progress(observed: CloudRunner) -> Action:
     found = readiness(observed)
     return Idle() if found.ready else Wait(found.reason, found.message)

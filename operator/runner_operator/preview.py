@@ -13,7 +13,7 @@ from typing import Any
 
 from runner_operator import planning
 from runner_operator.cloud.client import COLLECTION
-from runner_operator.cloud.models import ManagedRunner, to_wire
+from runner_operator.cloud.models import CloudRunner, to_wire
 
 MASK = "<redacted>"
 MASK_CHANGED = "<redacted, changed>"
@@ -67,7 +67,7 @@ class Preview:
         return "\n".join(lines)
 
 
-def preview(action: planning.Action, observed: ManagedRunner | None) -> Preview:
+def preview(action: planning.Action, observed: CloudRunner | None) -> Preview:
     """The calls `action` makes (a create preceded by its key reservation shows as the create)."""
     match action:
         case planning.ReserveRequestId(request_id) | planning.Create(_, request_id):
@@ -105,14 +105,14 @@ def masked(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _create(request_id: str, body: ManagedRunner | None) -> Call:
+def _create(request_id: str, body: CloudRunner | None) -> Call:
     wire = masked(to_wire(body, request=True)) if body is not None else None
     if wire is not None:
         wire.pop("etag", None)
     return Call("POST", COLLECTION, {"requestId": request_id}, wire)
 
 
-def _update(change: Any, observed: ManagedRunner | None) -> Call:
+def _update(change: Any, observed: CloudRunner | None) -> Call:
     body = masked(to_wire(change.body, request=True))
     if change.etag:
         body["etag"] = change.etag

@@ -6,7 +6,7 @@ mirrors only the cloud's observations (install, connection, revisions, errors, t
 
 from __future__ import annotations
 
-from runner_operator.cloud.models import ConnectionStatus, InstallStatus, ManagedRunner, readiness, to_wire
+from runner_operator.cloud.models import CloudRunner, ConnectionStatus, InstallStatus, readiness, to_wire
 from runner_operator.status import StatusPatch
 
 PHASES = {
@@ -23,7 +23,7 @@ _SHORT = {
 }
 
 
-def observed_status(runner: ManagedRunner) -> StatusPatch:
+def observed_status(runner: CloudRunner) -> StatusPatch:
     """Status fields mirrored from the cloud runner (absent cloud fields are written as null).
 
     `runnerId` is deliberately absent: it records ownership and is written only on create or adoption.
@@ -48,7 +48,7 @@ def observed_status(runner: ManagedRunner) -> StatusPatch:
     )
 
 
-def phase(runner: ManagedRunner | None) -> str:
+def phase(runner: CloudRunner | None) -> str:
     """A one-word summary for `kubectl get` (Ready only when the readiness rule says so)."""
     if runner is None:
         return "Absent"

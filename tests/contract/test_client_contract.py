@@ -102,7 +102,7 @@ def new_id(prefix: str = "cc") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def runner(runner_id: str | None = None, **fields: Any) -> models.ManagedRunner:
+def runner(runner_id: str | None = None, **fields: Any) -> models.CloudRunner:
     """A minimal runner for create: identity plus the explicit empty policy, then `fields` (camelCase)."""
     body: dict[str, Any] = {
         "identity": {
@@ -239,7 +239,7 @@ def rich_body(runner_id: str) -> dict[str, Any]:
     }
 
 
-async def create(cloud: CloudClient, body: models.ManagedRunner | None = None) -> models.ManagedRunner:
+async def create(cloud: CloudClient, body: models.CloudRunner | None = None) -> models.CloudRunner:
     return await cloud.create(body or runner(), request_id=str(uuid.uuid4()))
 
 
@@ -336,16 +336,16 @@ async def test_iter_runners_of_an_empty_organisation_yields_nothing(cloud: Cloud
 # -- update (masks from diff.compute_update) ---------------------------------------------------------
 
 
-def changed(observed: models.ManagedRunner, **fields: Any) -> models.ManagedRunner:
+def changed(observed: models.CloudRunner, **fields: Any) -> models.CloudRunner:
     return observed.model_copy(update=fields)
 
 
-def spec_with(observed: models.ManagedRunner, **fields: Any) -> models.ManagedRunner:
+def spec_with(observed: models.CloudRunner, **fields: Any) -> models.CloudRunner:
     assert observed.spec is not None
     return changed(observed, spec=observed.spec.model_copy(update=fields))
 
 
-async def apply(cloud: CloudClient, desired: models.ManagedRunner, observed: models.ManagedRunner) -> Any:
+async def apply(cloud: CloudClient, desired: models.CloudRunner, observed: models.CloudRunner) -> Any:
     """Plan with compute_update, send it, and prove the result needs no further update."""
     update = compute_update(desired, observed)
     assert update is not None
@@ -486,13 +486,13 @@ async def test_policy_update_without_etag_is_stale_etag(cloud: CloudClient, sim:
     observed = await create(cloud)
     assert observed.runner_id
     with pytest.raises(errors.StaleEtag):
-        await cloud.update(observed.runner_id, models.ManagedRunner(policy=models.Policy()), ["policy"])
+        await cloud.update(observed.runner_id, models.CloudRunner(policy=models.Policy()), ["policy"])
     assert calls(sim, "update") == [400]
 
 
 async def test_update_of_unknown_runner_is_not_found(cloud: CloudClient) -> None:
     with pytest.raises(errors.NotFound):
-        await cloud.update(new_id("missing"), models.ManagedRunner(display_name="x"), ["displayName"])
+        await cloud.update(new_id("missing"), models.CloudRunner(display_name="x"), ["displayName"])
 
 
 async def test_update_with_an_immutable_path_is_invalid_argument(cloud: CloudClient) -> None:
@@ -504,7 +504,7 @@ async def test_update_with_an_immutable_path_is_invalid_argument(cloud: CloudCli
 
 async def test_update_needs_a_mask(cloud: CloudClient, sim: Simulator) -> None:
     with pytest.raises(ValueError, match="mask"):
-        await cloud.update("anything", models.ManagedRunner(), [])
+        await cloud.update("anything", models.CloudRunner(), [])
     assert calls(sim, "update") == []
 
 
@@ -612,7 +612,7 @@ async def test_update_of_a_deleting_runner_is_failed_precondition(cloud: CloudCl
     created = await create(cloud)
     await cloud.delete(created.runner_id or "")
     with pytest.raises(errors.FailedPrecondition) as caught:
-        await cloud.update(created.runner_id or "", models.ManagedRunner(display_name="x"), ["displayName"])
+        await cloud.update(created.runner_id or "", models.CloudRunner(display_name="x"), ["displayName"])
     assert not isinstance(caught.value, errors.StaleEtag)
 
 
@@ -622,7 +622,7 @@ async def test_policy_update_of_a_deleting_runner_is_not_a_stale_etag(cloud: Clo
     with pytest.raises(errors.FailedPrecondition) as caught:
         await cloud.update(
             created.runner_id or "",
-            models.ManagedRunner(policy=models.Policy()),
+            models.CloudRunner(policy=models.Policy()),
             ["policy"],
             etag=created.etag,
         )

@@ -6,7 +6,7 @@ import pydantic
 import pytest
 
 from runner_operator import conditions, reporting
-from runner_operator.cloud.models import ManagedRunner, parse_runner
+from runner_operator.cloud.models import CloudRunner, parse_runner
 from runner_operator.reasons import Reason
 from runner_operator.status import Condition, PlanPreview, Replacement, StatusPatch
 
@@ -98,7 +98,7 @@ def test_cloud_fields_the_runner_lacks_are_written_as_null() -> None:
 
 
 def test_an_install_error_is_mirrored_field_for_field() -> None:
-    runner = ManagedRunner.model_validate(
+    runner = CloudRunner.model_validate(
         {"installError": {"reason": "IMAGE_PULL", "remediationHints": ["check the image"], "unknown": 1}}
     )
     patch = reporting.observed_status(runner).to_patch()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from runner_operator.cloud.client import CloudClient, runner_from_json
-from runner_operator.cloud.models import ManagedRunner, RunnerIdentity
+from runner_operator.cloud.models import CloudRunner, RunnerIdentity
 
 PAGE_SIZE = 1000
 COMPRESSION = 1
@@ -55,12 +55,12 @@ class RunnerCache:
     _snapshot: dict[str, _Entry] = field(default_factory=dict)
     _taken: float = float("-inf")
     _written: dict[str, float] = field(default_factory=dict)
-    _results: dict[str, tuple[float, ManagedRunner]] = field(default_factory=dict)
+    _results: dict[str, tuple[float, CloudRunner]] = field(default_factory=dict)
     _refresh: asyncio.Task[None] | None = None
 
     async def find(
         self, runner_id: str, max_age: float, *, trust_absence: bool = False
-    ) -> ManagedRunner | None:
+    ) -> CloudRunner | None:
         """The runner as of at most `max_age` seconds ago (or fresher).
 
         None comes from a direct GET unless `trust_absence`: callers for whom "absent" leads to no
@@ -101,7 +101,7 @@ class RunnerCache:
         written = self._written.get(runner_id)
         return written is not None and written >= self._taken
 
-    def note_write(self, runner_id: str, result: ManagedRunner | None = None) -> None:
+    def note_write(self, runner_id: str, result: CloudRunner | None = None) -> None:
         """This process just changed the runner: the snapshot is stale for it; `result` is the response."""
         now = self.clock()
         self._written[runner_id] = now
@@ -118,7 +118,7 @@ class RunnerCache:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def _get(self, runner_id: str) -> ManagedRunner | None:
+    async def _get(self, runner_id: str) -> CloudRunner | None:
         self.stats.direct_gets += 1
         return await self.client.find(runner_id)
 

@@ -80,7 +80,7 @@ class CloudClient:
 
     # --- endpoints ------------------------------------------------------------------------------
 
-    async def create(self, runner: models.ManagedRunner, request_id: str) -> models.ManagedRunner:
+    async def create(self, runner: models.CloudRunner, request_id: str) -> models.CloudRunner:
         """Create a runner; retries and repeats are safe only because `request_id` stays the same."""
         if not request_id:
             raise ValueError("create needs a request_id that the caller persists and reuses")
@@ -92,7 +92,7 @@ class CloudClient:
         data = await self._call("POST", COLLECTION, params={"requestId": request_id}, json=body)
         return _runner(data)
 
-    async def get(self, runner_id: str) -> models.ManagedRunner:
+    async def get(self, runner_id: str) -> models.CloudRunner:
         """Read a runner; raises errors.NotFound only on the API's own NOT_FOUND for this runner.
 
         A NOT_FOUND that names another resource is an endpoint problem (errors.Misrouted), not absence.
@@ -109,7 +109,7 @@ class CloudClient:
                 ) from None
             raise
 
-    async def find(self, runner_id: str) -> models.ManagedRunner | None:
+    async def find(self, runner_id: str) -> models.CloudRunner | None:
         """Read a runner, or None when the API itself says NOT_FOUND for it."""
         try:
             return await self.get(runner_id)
@@ -118,7 +118,7 @@ class CloudClient:
 
     async def iter_runners(
         self, page_size: int | None = None, on_send: Callable[[], None] | None = None
-    ) -> AsyncIterator[models.ManagedRunner]:
+    ) -> AsyncIterator[models.CloudRunner]:
         """Every runner of the organisation, page by page.
 
         `on_send` is called as each page request leaves (after any wait for the request budget):
@@ -157,10 +157,10 @@ class CloudClient:
     async def update(
         self,
         runner_id: str,
-        body: models.ManagedRunner | Mapping[str, Any],
+        body: models.CloudRunner | Mapping[str, Any],
         update_mask: Iterable[str],
         etag: str | None = None,
-    ) -> models.ManagedRunner:
+    ) -> models.CloudRunner:
         """PATCH the fields named by `update_mask` (camelCase paths); a named field absent in `body` resets.
 
         `etag` (or the body's own) must come from the read that produced a policy being written.
@@ -168,7 +168,7 @@ class CloudClient:
         mask = sorted(set(update_mask))
         if not mask:
             raise ValueError("an update needs at least one mask path")
-        wire = models.to_wire(body, request=True) if isinstance(body, models.ManagedRunner) else dict(body)
+        wire = models.to_wire(body, request=True) if isinstance(body, models.CloudRunner) else dict(body)
         if etag is not None:
             wire["etag"] = etag
         data = await self._call(
@@ -192,7 +192,7 @@ class CloudClient:
             if not allow_missing or not exc.names(runner_id):
                 raise
 
-    async def apply_available_update(self, runner_id: str) -> models.ManagedRunner:
+    async def apply_available_update(self, runner_id: str) -> models.CloudRunner:
         """Roll the runner to the newest version of its channel (FAILED_PRECONDITION if none is available)."""
         return _runner(await self._call("POST", f"{_item(runner_id)}:applyAvailableUpdate", json={}))
 
@@ -294,10 +294,10 @@ def _item(runner_id: str) -> str:
     return f"{COLLECTION}/{quote(runner_id, safe='')}"
 
 
-def runner_from_json(data: bytes) -> models.ManagedRunner:
+def runner_from_json(data: bytes) -> models.CloudRunner:
     """A runner from one list entry or response body kept as JSON bytes (as `iter_entries` yields it)."""
     try:
-        runner = models.ManagedRunner.model_validate_json(data)
+        runner = models.CloudRunner.model_validate_json(data)
     except pydantic.ValidationError as exc:
         raise _unparsed(exc) from None
     if runner.spec is None:
@@ -318,7 +318,7 @@ def _unparsed(exc: pydantic.ValidationError, *prefix: str) -> errors.Incompatibl
     return errors.IncompatibleServer(f"runner in response does not parse at: {where}")
 
 
-def _runner(data: object) -> models.ManagedRunner:
+def _runner(data: object) -> models.CloudRunner:
     # A "policy-only" v1 server omits spec; reading that as "spec reset to defaults" would be wrong.
     if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
         raise errors.IncompatibleServer("runner in response has no spec")

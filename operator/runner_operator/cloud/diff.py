@@ -21,7 +21,7 @@ from runner_operator.cloud.models import (
     OPAQUE,
     PRESENCE,
     QUANTITY,
-    ManagedRunner,
+    CloudRunner,
     ReleaseChannel,
     RunnerIdentity,
     RunnerSpec,
@@ -51,11 +51,11 @@ class Update:
     """
 
     mask: tuple[str, ...]
-    body: ManagedRunner
+    body: CloudRunner
     etag: str | None
 
 
-def compute_update(desired: ManagedRunner, observed: ManagedRunner) -> Update | None:
+def compute_update(desired: CloudRunner, observed: CloudRunner) -> Update | None:
     """The update turning `observed` into `desired`, or None when they already mean the same.
 
     Identity is only compared for `runnerGroupId`; see `immutable_differences` for the rest. An absent
@@ -80,7 +80,7 @@ def compute_update(desired: ManagedRunner, observed: ManagedRunner) -> Update | 
 
     spec_fields = {name: getattr(desired_spec, name) for name, path in SPEC_PATHS.items() if path in mask}
     etag = observed.etag if "policy" in mask else None
-    body = ManagedRunner(
+    body = CloudRunner(
         identity=RunnerIdentity(
             runner_id=observed.runner_id or desired.runner_id,
             runner_group_id=(desired.identity.runner_group_id or None)
@@ -95,7 +95,7 @@ def compute_update(desired: ManagedRunner, observed: ManagedRunner) -> Update | 
     return Update(mask=tuple(sorted(mask)), body=body, etag=etag)
 
 
-def immutable_differences(desired: ManagedRunner, observed: ManagedRunner) -> tuple[str, ...]:
+def immutable_differences(desired: CloudRunner, observed: CloudRunner) -> tuple[str, ...]:
     """Identity paths the desired runner sets differently from the server (fixing them needs a new runner)."""
     mine = desired.identity or RunnerIdentity()
     theirs = observed.identity or RunnerIdentity()
@@ -170,7 +170,7 @@ def _marks(model: type[WireModel], name: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def _group(runner: ManagedRunner) -> str:
+def _group(runner: CloudRunner) -> str:
     return (runner.identity.runner_group_id if runner.identity else None) or DEFAULT_GROUP
 
 

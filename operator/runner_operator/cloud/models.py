@@ -393,7 +393,7 @@ class InstallError(WireModel):
     occurred_at: Timestamp | None = None
 
 
-class ManagedRunner(WireModel):
+class CloudRunner(WireModel):
     """One managed runner as read from or written to the API."""
 
     identity: RunnerIdentity | None = None
@@ -437,7 +437,7 @@ class Readiness:
         return self.reason == Reason.AVAILABLE
 
 
-def readiness(runner: ManagedRunner) -> Readiness:
+def readiness(runner: CloudRunner) -> Readiness:
     """The one readiness rule (planning waits on it, status and `kubectl get` show it).
 
     Ready means installed, rolled out to its target revision, and connected, checked in the order
@@ -496,12 +496,12 @@ def to_wire(model: WireModel, *, request: bool = False) -> dict[str, Any]:
     With `request=True` a ManagedRunner loses its output-only fields (status, `identity.clusterName`).
     """
     exclude: dict[str, Any] | None = None
-    if request and isinstance(model, ManagedRunner):
+    if request and isinstance(model, CloudRunner):
         exclude = {name: True for name in OUTPUT_ONLY}
         exclude["identity"] = {"cluster_name": True}
     return model.model_dump(mode="json", by_alias=True, exclude_none=True, exclude=exclude)
 
 
-def parse_runner(data: object) -> ManagedRunner:
+def parse_runner(data: object) -> CloudRunner:
     """Read one runner from decoded JSON; raises pydantic.ValidationError (without input values)."""
-    return ManagedRunner.model_validate(data)
+    return CloudRunner.model_validate(data)

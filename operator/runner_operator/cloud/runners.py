@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from runner_operator.cloud import diff
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
-from runner_operator.cloud.models import ManagedRunner
+from runner_operator.cloud.models import CloudRunner
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Runners:
     max_age: float = 0.0
     """how old a batched (list) observation may be for this pass; 0 reads directly."""
 
-    async def observe(self, runner_id: str) -> ManagedRunner | None:
+    async def observe(self, runner_id: str) -> CloudRunner | None:
         """The runner, or None only when the API itself said NOT_FOUND for it.
 
         A list may be older than a runner someone else just made, so absence is always confirmed
@@ -33,13 +33,13 @@ class Runners:
             return await self.client.find(runner_id)
         return await self.cache.find(runner_id, self.max_age)
 
-    async def create(self, body: ManagedRunner, request_id: str) -> ManagedRunner:
+    async def create(self, body: CloudRunner, request_id: str) -> CloudRunner:
         self._wrote(body.runner_id)
         created = await self.client.create(body, request_id)
         self._wrote(body.runner_id, created)
         return created
 
-    async def update(self, runner_id: str, change: diff.Update) -> ManagedRunner:
+    async def update(self, runner_id: str, change: diff.Update) -> CloudRunner:
         self._wrote(runner_id)
         updated = await self.client.update(runner_id, change.body, change.mask, etag=change.etag)
         self._wrote(runner_id, updated)
@@ -62,6 +62,6 @@ class Runners:
                 return identity.runner_id
         return None
 
-    def _wrote(self, runner_id: str | None, result: ManagedRunner | None = None) -> None:
+    def _wrote(self, runner_id: str | None, result: CloudRunner | None = None) -> None:
         if self.cache is not None and runner_id:
             self.cache.note_write(runner_id, result)

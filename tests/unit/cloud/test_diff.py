@@ -11,7 +11,7 @@ import pytest
 from pydantic.alias_generators import to_camel
 
 from runner_operator.cloud.diff import compute_update, immutable_differences, parse_quantity
-from runner_operator.cloud.models import ManagedRunner, RunnerSpec, to_wire
+from runner_operator.cloud.models import CloudRunner, RunnerSpec, to_wire
 
 DELETE = object()
 """In a patch: remove this key."""
@@ -72,10 +72,10 @@ def _patched(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _pair(desired: dict[str, Any], observed: dict[str, Any]) -> tuple[ManagedRunner, ManagedRunner]:
+def _pair(desired: dict[str, Any], observed: dict[str, Any]) -> tuple[CloudRunner, CloudRunner]:
     return (
-        ManagedRunner.model_validate(_patched(OBSERVED, desired)),
-        ManagedRunner.model_validate(_patched(OBSERVED, observed)),
+        CloudRunner.model_validate(_patched(OBSERVED, desired)),
+        CloudRunner.model_validate(_patched(OBSERVED, observed)),
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from runner_operator import reporting
 from runner_operator.cloud import models
-from runner_operator.cloud.models import ManagedRunner, to_wire
+from runner_operator.cloud.models import CloudRunner, to_wire
 
 EXAMPLE: dict[str, Any] = {
     "identity": {
@@ -68,7 +68,7 @@ EXAMPLE: dict[str, Any] = {
 
 
 def test_full_example_parses_to_snake_case_fields() -> None:
-    runner = ManagedRunner.model_validate(EXAMPLE)
+    runner = CloudRunner.model_validate(EXAMPLE)
     assert runner.runner_id == "prod-us-east-1"
     assert runner.ready is True
     assert runner.spec is not None
@@ -86,14 +86,14 @@ def test_full_example_parses_to_snake_case_fields() -> None:
 
 
 def test_round_trip_keeps_every_present_field() -> None:
-    wire = to_wire(ManagedRunner.model_validate(EXAMPLE))
+    wire = to_wire(CloudRunner.model_validate(EXAMPLE))
     assert wire["policy"]["controlPlaneAccess"] == {"sourceIpAllowlist": {"cidrs": []}}
     assert wire["spec"]["dataPlane"] == {"disabled": {}}
     assert wire["policy"]["constraints"]["resources"]["maxGpuCount"] == "0"
     assert wire["spec"]["overrides"]["scaling"]["replicas"] == 2
     assert wire["spec"]["maintenancePolicy"]["exclusions"][0]["endTime"] == "2026-12-27T00:00:00.250000Z"
     assert wire["updateTime"] == "2026-09-10T10:00:00Z"
-    assert ManagedRunner.model_validate(wire) == ManagedRunner.model_validate(EXAMPLE)
+    assert CloudRunner.model_validate(wire) == CloudRunner.model_validate(EXAMPLE)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_round_trip_keeps_every_present_field() -> None:
     ],
 )
 def test_policy_presence(wire: dict[str, Any], expected: models.Policy | None) -> None:
-    runner = ManagedRunner.model_validate(wire)
+    runner = CloudRunner.model_validate(wire)
     assert runner.policy == expected
     assert ("policy" in to_wire(runner)) is (expected is not None)
 
@@ -124,7 +124,7 @@ def test_max_gpu_count_travels_as_string() -> None:
 
 
 def test_unknown_fields_and_enum_values_do_not_break_parsing() -> None:
-    runner = ManagedRunner.model_validate(
+    runner = CloudRunner.model_validate(
         {
             "identity": {"runnerId": "r", "futureField": 1},
             "spec": {"releaseChannel": "RELEASE_CHANNEL_NIGHTLY", "newThing": {"a": 1}},
@@ -158,20 +158,20 @@ def test_cidr_except_uses_the_reserved_word_on_the_wire() -> None:
 
 
 def test_request_body_drops_output_only_fields() -> None:
-    body = to_wire(ManagedRunner.model_validate(EXAMPLE), request=True)
+    body = to_wire(CloudRunner.model_validate(EXAMPLE), request=True)
     assert set(body) == {"identity", "displayName", "spec", "policy", "etag"}
     assert "clusterName" not in body["identity"]
 
 
 def test_models_are_frozen() -> None:
-    runner = ManagedRunner.model_validate(EXAMPLE)
+    runner = CloudRunner.model_validate(EXAMPLE)
     with pytest.raises(pydantic.ValidationError):
         runner.display_name = "changed"  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("secret", ["hunter2", "policy-secret", "deploy-secret"])
 def test_secrets_stay_out_of_repr_and_str(secret: str) -> None:
-    runner = ManagedRunner.model_validate(EXAMPLE)
+    runner = CloudRunner.model_validate(EXAMPLE)
     assert secret not in repr(runner)
     assert secret not in str(runner)
     assert secret in str(to_wire(runner))  # still sent: only hidden from text
@@ -179,7 +179,7 @@ def test_secrets_stay_out_of_repr_and_str(secret: str) -> None:
 
 def test_validation_errors_do_not_echo_input() -> None:
     with pytest.raises(pydantic.ValidationError) as caught:
-        ManagedRunner.model_validate({"spec": {"overrides": {"env": "hunter2-not-a-map"}}})
+        CloudRunner.model_validate({"spec": {"overrides": {"env": "hunter2-not-a-map"}}})
     assert "hunter2" not in str(caught.value)
 
 
@@ -209,7 +209,7 @@ def test_one_readiness_rule_for_planning_status_and_phase(
     }
     if fields == {}:
         base.pop("installStatus")
-    runner = ManagedRunner.model_validate({**base, **fields})
+    runner = CloudRunner.model_validate({**base, **fields})
     found = models.readiness(runner)
     assert found.reason == reason
     assert found.message

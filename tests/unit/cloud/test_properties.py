@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner_operator.cloud.diff import compute_update, parse_quantity
-from runner_operator.cloud.models import ManagedRunner, to_wire
+from runner_operator.cloud.models import CloudRunner, to_wire
 
 names = st.text(alphabet="abcxyz-1", min_size=1, max_size=6)
 maybe_empty = st.sampled_from(["", "a", "b"])
@@ -78,10 +78,10 @@ policy = _message(
 runners = st.fixed_dictionaries(
     {"identity": _message(runnerGroupId=maybe_empty).map(lambda i: {"runnerId": "prod-1", **i})},
     optional={"displayName": maybe_empty, "spec": spec, "policy": policy, "etag": names},
-).map(ManagedRunner.model_validate)
+).map(CloudRunner.model_validate)
 
 
-def _apply(observed: ManagedRunner, mask: tuple[str, ...], body: ManagedRunner) -> ManagedRunner:
+def _apply(observed: CloudRunner, mask: tuple[str, ...], body: CloudRunner) -> CloudRunner:
     """What a server does with a PATCH: copy each masked path from the body, absent resets."""
     stored, sent = to_wire(observed), to_wire(body)
     for path in mask:
@@ -96,26 +96,26 @@ def _apply(observed: ManagedRunner, mask: tuple[str, ...], body: ManagedRunner) 
             target.pop(head, None)
         else:
             target[head] = copy.deepcopy(source)
-    return ManagedRunner.model_validate(stored)
+    return CloudRunner.model_validate(stored)
 
 
 @settings(max_examples=150, deadline=None)
 @given(runners)
-def test_a_runner_needs_no_update_against_itself(runner: ManagedRunner) -> None:
+def test_a_runner_needs_no_update_against_itself(runner: CloudRunner) -> None:
     assert compute_update(runner, runner) is None
 
 
 @settings(max_examples=150, deadline=None)
 @given(runners)
-def test_wire_round_trip_is_lossless(runner: ManagedRunner) -> None:
-    again = ManagedRunner.model_validate(to_wire(runner))
+def test_wire_round_trip_is_lossless(runner: CloudRunner) -> None:
+    again = CloudRunner.model_validate(to_wire(runner))
     assert again == runner
     assert compute_update(runner, again) is None
 
 
 @settings(max_examples=200, deadline=None)
 @given(runners, runners)
-def test_applying_the_update_converges(desired: ManagedRunner, observed: ManagedRunner) -> None:
+def test_applying_the_update_converges(desired: CloudRunner, observed: CloudRunner) -> None:
     update = compute_update(desired, observed)
     if update is None:
         return

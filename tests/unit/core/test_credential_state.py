@@ -9,7 +9,7 @@ import pytest
 from pydantic import SecretStr
 
 from runner_operator.cloud import budget
-from runner_operator.credentials import IDLE_RESYNCS, Credentials
+from runner_operator.credentials import IDLE_RESYNCS, TokenRegistry
 from runner_operator.settings import Settings
 
 RESYNC = 10.0
@@ -38,12 +38,12 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def credentials(clock: Clock) -> Credentials:
+def credentials(clock: Clock) -> TokenRegistry:
     settings = Settings(resync_interval=RESYNC, passes_per_credential=1)
-    return Credentials(settings, lambda _ns, _name: None, clock=clock)
+    return TokenRegistry(settings, lambda _ns, _name: None, clock=clock)
 
 
-async def use(credentials: Credentials, token: SecretStr) -> None:
+async def use(credentials: TokenRegistry, token: SecretStr) -> None:
     """What a pass does: take a turn, then reach for the client and the cache."""
     async with credentials.turn(token):
         credentials.cache(token)
@@ -51,7 +51,7 @@ async def use(credentials: Credentials, token: SecretStr) -> None:
 
 
 async def test_a_token_unused_for_a_few_resyncs_is_forgotten_and_its_client_closed(
-    credentials: Credentials, clock: Clock
+    credentials: TokenRegistry, clock: Clock
 ) -> None:
     await use(credentials, OLD)
     old_client, old_cache = credentials.client(OLD), credentials.cache(OLD)
@@ -63,7 +63,7 @@ async def test_a_token_unused_for_a_few_resyncs_is_forgotten_and_its_client_clos
     assert budget.shared(credentials.settings.api_endpoint, OLD.get_secret_value()) is not old_client.budget
 
 
-async def test_a_token_used_within_the_idle_time_is_kept(credentials: Credentials, clock: Clock) -> None:
+async def test_a_token_used_within_the_idle_time_is_kept(credentials: TokenRegistry, clock: Clock) -> None:
     await use(credentials, OLD)
     kept = credentials.client(OLD)
     clock.now += IDLE_RESYNCS * RESYNC - 1
@@ -73,7 +73,7 @@ async def test_a_token_used_within_the_idle_time_is_kept(credentials: Credential
 
 
 async def test_a_pass_in_flight_keeps_its_token_however_long_it_takes(
-    credentials: Credentials, clock: Clock
+    credentials: TokenRegistry, clock: Clock
 ) -> None:
     async with credentials.turn(OLD):
         held = credentials.client(OLD)
@@ -90,7 +90,7 @@ async def test_a_pass_in_flight_keeps_its_token_however_long_it_takes(
 
 
 async def test_budget_counters_of_a_forgotten_token_stay_counted(
-    credentials: Credentials, clock: Clock
+    credentials: TokenRegistry, clock: Clock
 ) -> None:
     await use(credentials, OLD)
     credentials.client(OLD).budget.record_rate_limited(None)
@@ -102,7 +102,7 @@ async def test_budget_counters_of_a_forgotten_token_stay_counted(
     assert after[2] == 1
 
 
-async def test_creating_passes_wait_for_a_turn_and_others_do_not(credentials: Credentials) -> None:
+async def test_creating_passes_wait_for_a_turn_and_others_do_not(credentials: TokenRegistry) -> None:
     order: list[str] = []
 
     async def creating(name: str, gate: asyncio.Event) -> None:
@@ -126,7 +126,7 @@ async def test_creating_passes_wait_for_a_turn_and_others_do_not(credentials: Cr
         await second
 
 
-async def test_closing_forgets_every_token(credentials: Credentials) -> None:
+async def test_closing_forgets_every_token(credentials: TokenRegistry) -> None:
     await use(credentials, OLD)
     client = credentials.client(OLD)
     await credentials.aclose()

@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 
 from runner_operator import planning
-from runner_operator.cloud.models import ManagedRunner, parse_runner
+from runner_operator.cloud.models import CloudRunner, parse_runner
 from runner_operator.reasons import Reason
 
 IDENTITY = {"runnerId": "r1", "zone": "us-east-04a", "clusterId": "00000000-0000-4000-8000-000000000001"}
 
 
-def runner(**extra: Any) -> ManagedRunner:
+def runner(**extra: Any) -> CloudRunner:
     body: dict[str, Any] = {"identity": dict(IDENTITY), "spec": {}, "policy": {}}
     for key, value in extra.items():
         if key == "identity":

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runner_operator import cadence, reporting
-from runner_operator.cloud.models import ManagedRunner, parse_runner
+from runner_operator.cloud.models import CloudRunner, parse_runner
 
 IDENTITY = {"runnerId": "r1", "zone": "us-east-04a", "clusterId": "00000000-0000-4000-8000-000000000001"}
 INSTALLED = {
@@ -18,11 +18,11 @@ INSTALLED = {
 }
 
 
-def runner(**fields: Any) -> ManagedRunner:
+def runner(**fields: Any) -> CloudRunner:
     return parse_runner({"identity": IDENTITY, "spec": {}, "policy": {}, **fields})
 
 
-def installed(**fields: Any) -> ManagedRunner:
+def installed(**fields: Any) -> CloudRunner:
     return runner(**{**INSTALLED, **fields})
 
 
@@ -58,7 +58,7 @@ PHASES = [
 
 
 @pytest.mark.parametrize(("cloud", "expected"), PHASES)
-def test_phase(cloud: ManagedRunner | None, expected: str) -> None:
+def test_phase(cloud: CloudRunner | None, expected: str) -> None:
     assert reporting.phase(cloud) == expected
 
 

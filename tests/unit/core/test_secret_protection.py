@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner_operator import handlers, reconciling, resource
-from runner_operator.credentials import Credentials
+from runner_operator.credentials import TokenRegistry
 from runner_operator.settings import Settings
 from runner_operator.status import StatusPatch
 
@@ -22,8 +22,8 @@ class Guard:
         return self.result
 
 
-def credentials(guard: Guard) -> Credentials:
-    return Credentials(Settings(), lambda _ns, _name: {"token": "t"}, guard=guard)
+def credentials(guard: Guard) -> TokenRegistry:
+    return TokenRegistry(Settings(), lambda _ns, _name: {"token": "t"}, guard=guard)
 
 
 def res(secret: str, **status: Any) -> resource.ManagedRunnerResource:
