@@ -320,19 +320,32 @@ async def finalize(
 
     Only TemporaryError leaves here: a permanent failure would make kopf drop the finalizer and
     leak the runner. Past the deadline it keeps retrying, slower, with Stalled=True.
+
+    While a decommission is in flight and nothing visible changes, this waits in memory between
+    passes instead of handing each retry to kopf: kopf records every retry in the object's status,
+    a write (and a watch event for every watcher) per object every few seconds. It hands back at
+    least every medium interval, so an edit made meanwhile (deletionPolicy: Orphan) is seen.
+    Deletion passes read the shared list like any other; absence is still confirmed by a GET.
     """
-    outcome = await _pass(body, patch, memo, runner_claims, credential_users)
-    if outcome is None:
-        raise kopf.TemporaryError("waiting for the runner to be deleted", delay=INTERVALS.fast)
-    after = cadence.after_pass(
-        outcome.status.to_patch(),
-        INTERVALS,
-        released=outcome.release,
-        retry_after=outcome.retry_after,
-        deleting=True,
-    )
-    if after.delay is not None:
-        raise kopf.TemporaryError(_message(outcome), delay=after.delay)
+    loop = asyncio.get_running_loop()
+    hand_back = loop.time() + INTERVALS.medium
+    while True:
+        outcome = await _pass(body, patch, memo, runner_claims, credential_users, INTERVALS.fast)
+        if outcome is None:
+            raise kopf.TemporaryError("waiting for the runner to be deleted", delay=INTERVALS.fast)
+        after = cadence.after_pass(
+            outcome.status.to_patch(),
+            INTERVALS,
+            released=outcome.release,
+            retry_after=outcome.retry_after,
+            deleting=True,
+        )
+        if after.delay is None:
+            return
+        quiet = not patch and after.cadence == cadence.Cadence.FAST
+        if not quiet or loop.time() + after.delay > hand_back:
+            raise kopf.TemporaryError(_message(outcome), delay=after.delay)
+        await asyncio.sleep(after.delay)
 
 
 async def _pass(
