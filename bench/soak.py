@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.scale import apply_crd  # noqa: E402
 from runner_operator.simulator.config import Timings  # noqa: E402
-from tests.e2e.harness import GROUP, PLURAL, VERSION, OperatorProcess, SimulatorThread  # noqa: E402
+from tests.e2e.harness import GROUP, PLURAL, VERSION, OperatorProcess, SimulatorThread, ready_at  # noqa: E402
 from tests.testenv.localcluster import LocalCluster  # noqa: E402
 
 SECRETS = 5
@@ -288,14 +288,8 @@ def run(
 
 
 def _ready(obj: dict[str, Any]) -> bool:
-    status = obj.get("status") or {}
-    conds = {c.get("type"): c for c in status.get("conditions") or ()}
-    ready = conds.get("Ready", {})
-    return bool(
-        ready.get("status") == "True"
-        and status.get("observedGeneration") == obj["metadata"]["generation"]
-        and status.get("runnerId") == obj["spec"]["runnerId"]
-    )
+    """Ready at its generation, and holding the runner its spec names (not one it replaces)."""
+    return ready_at(obj) and (obj.get("status") or {}).get("runnerId") == obj["spec"]["runnerId"]
 
 
 def _settle(soak: Soak, deadline: float) -> float:

@@ -20,7 +20,16 @@ import yaml
 from kubernetes import client, config
 
 from runner_operator.simulator.config import Timings
-from tests.e2e.harness import GROUP, PLURAL, VERSION, OperatorProcess, SimulatorThread, condition, manifest
+from tests.e2e.harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    OperatorProcess,
+    SimulatorThread,
+    condition,
+    manifest,
+    ready_at,
+)
 from tests.e2e.kube import Kube, json_object, wait_for
 from tests.e2e.reliability import Call, CallLog, Cloud, Record, cloud_matches, secret_free
 
@@ -185,13 +194,7 @@ class FaultEnv:
 
     def ready(self, name: str, generation: int | None = None) -> dict[str, Any] | None:
         obj = self.get(name)
-        cond = condition(obj, "Ready")
-        if obj is None or cond.get("status") != "True":
-            return None
-        want = generation or obj["metadata"]["generation"]
-        if cond.get("observedGeneration") != want or obj["status"].get("observedGeneration") != want:
-            return None
-        return obj
+        return obj if ready_at(obj, generation) else None
 
     def wait_ready(self, *names: str, generation: int | None = None, timeout: float = 60) -> float:
         """Wait until every named resource is Ready for `generation` (default: its own); return seconds."""

@@ -196,6 +196,23 @@ def manifest(
     }
 
 
+def ready_at(obj: Mapping[str, Any] | None, generation: int | None = None) -> bool:
+    """The one "Ready for this generation" check of the e2e toolkit, the soak and the benches.
+
+    Ready=True, and both the condition and status.observedGeneration at `generation` (default: the
+    object's own), so a Ready left over from an older spec does not count.
+    """
+    if obj is None:
+        return False
+    cond = condition(obj, "Ready")
+    want = generation or obj["metadata"]["generation"]
+    return (
+        cond.get("status") == "True"
+        and cond.get("observedGeneration") == want
+        and (obj.get("status") or {}).get("observedGeneration") == want
+    )
+
+
 def condition(obj: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any]:
     for cond in (obj or {}).get("status", {}).get("conditions", []) or []:
         if cond.get("type") == type_:

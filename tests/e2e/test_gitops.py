@@ -31,6 +31,7 @@ from tests.e2e.harness import (
     SimulatorThread,
     condition,
     manifest,
+    ready_at,
 )
 from tests.e2e.kube import Kube, wait_for
 
@@ -127,9 +128,7 @@ def current(obj: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def is_ready(obj: dict[str, Any]) -> bool:
-    generation = obj["metadata"]["generation"]
-    ready = current(obj, "Ready").get("status") == "True"
-    return ready and obj["status"].get("observedGeneration") == generation
+    return ready_at(obj)
 
 
 def reason(obj: dict[str, Any], type_: str) -> str | None:

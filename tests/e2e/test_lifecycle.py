@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.e2e.harness import GROUP, PLURAL, VERSION, RunningOperator, SimulatorThread, condition, manifest
+from tests.e2e.harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    RunningOperator,
+    SimulatorThread,
+    condition,
+    manifest,
+    ready_at,
+)
 from tests.e2e.kube import Kube, json_object, wait_for
 
 TIMEOUT = 60
@@ -25,13 +34,7 @@ def patch_spec(kube: Kube, ns: str, name: str, spec: dict[str, Any]) -> None:
 def wait_ready(kube: Kube, ns: str, name: str, *, generation: int | None = None) -> dict[str, Any]:
     def ready() -> dict[str, Any] | None:
         obj = get(kube, ns, name)
-        cond = condition(obj, "Ready")
-        if cond.get("status") != "True" or obj is None:
-            return None
-        want = generation or obj["metadata"]["generation"]
-        if cond.get("observedGeneration") != want or obj["status"].get("observedGeneration") != want:
-            return None
-        return obj
+        return obj if ready_at(obj, generation) else None
 
     return wait_for(ready, timeout=TIMEOUT, what=f"{ns}/{name} Ready")
 
