@@ -9,11 +9,9 @@ wait, except in the one test that proves a real Retry-After pause.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -26,6 +24,7 @@ from runner_operator.cloud.retrying import RetryPolicy
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, DEV_USER_TOKEN, SimulatorConfig, Timings
 from runner_operator.simulator.core import Simulator
 from runner_operator.simulator.server import RunningServer, serve
+from tests.clock import FakeClock
 
 INSTALL = Timings()  # contract defaults; tests move the simulator's clock instead of sleeping
 INSTALLED_AFTER = INSTALL.install_seconds + INSTALL.provision_seconds + 0.001
@@ -58,29 +57,13 @@ async def cloud(server: RunningServer) -> AsyncIterator[CloudClient]:
         yield client
 
 
-@dataclass
-class RecordingClock:
-    """Monotonic clock moved only by the client's own sleeps, which it records."""
-
-    now: float = 1_000.0
-    sleeps: list[float] = field(default_factory=list)
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-        await asyncio.sleep(0)
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
-def clock() -> RecordingClock:
-    return RecordingClock()
-
-
-@pytest.fixture
-async def retrying(server: RunningServer, clock: RecordingClock) -> AsyncIterator[CloudClient]:
+async def retrying(server: RunningServer, clock: FakeClock) -> AsyncIterator[CloudClient]:
     """A client whose back-off sleeps are recorded instead of waited (fixed jitter 0.5)."""
     client = CloudClient(
         server.url,
@@ -751,7 +734,7 @@ async def test_second_runner_is_already_exists(cloud: CloudClient, sim: Simulato
 
 
 async def test_rate_limited_retry_waits_retry_after(
-    retrying: CloudClient, sim: Simulator, clock: RecordingClock
+    retrying: CloudClient, sim: Simulator, clock: FakeClock
 ) -> None:
     sim.fail_next("list", 429, retry_after=3)
     assert [r async for r in retrying.iter_runners()] == []
@@ -771,7 +754,7 @@ async def test_rate_limited_retry_really_pauses(server: RunningServer, cloud: Cl
 
 
 async def test_rate_limited_beyond_the_retry_budget_is_rate_limited(
-    server: RunningServer, clock: RecordingClock
+    server: RunningServer, clock: FakeClock
 ) -> None:
     server.simulator.fail_next("list", 429, times=20, retry_after=30)
     client = CloudClient(
@@ -798,7 +781,7 @@ async def test_rate_limited_beyond_the_retry_budget_is_rate_limited(
     ],
 )
 async def test_server_errors_are_retried_then_succeed(
-    retrying: CloudClient, sim: Simulator, clock: RecordingClock, status: int
+    retrying: CloudClient, sim: Simulator, clock: FakeClock, status: int
 ) -> None:
     created = await create(retrying)
     sim.fail_next("get", status, times=2)
@@ -823,9 +806,7 @@ async def test_unimplemented_is_not_retried(retrying: CloudClient, sim: Simulato
     assert calls(sim, "get") == [501]
 
 
-async def test_dropped_connection_is_retried(
-    retrying: CloudClient, sim: Simulator, clock: RecordingClock
-) -> None:
+async def test_dropped_connection_is_retried(retrying: CloudClient, sim: Simulator, clock: FakeClock) -> None:
     created = await create(retrying)
     sim.drop_next("get")
     assert (await retrying.get(created.runner_id or "")).runner_id == created.runner_id
@@ -857,7 +838,7 @@ async def test_hang_longer_than_the_client_timeout_is_unavailable(server: Runnin
     assert type(caught.value) is errors.Unavailable
 
 
-async def test_hang_then_retry_succeeds(server: RunningServer, clock: RecordingClock) -> None:
+async def test_hang_then_retry_succeeds(server: RunningServer, clock: FakeClock) -> None:
     client = CloudClient(
         server.url,
         DEV_ADMIN_TOKEN,

@@ -1,8 +1,7 @@
-"""Test doubles for the cloud client: an in-memory API for httpx.MockTransport, a clock that never waits."""
+"""Test doubles for the cloud client: an in-memory API for httpx.MockTransport (clock: tests/clock.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import deque
 from dataclasses import dataclass, field
@@ -10,36 +9,13 @@ from typing import Any
 
 import httpx
 
+from tests.clock import FakeClock
+
+__all__ = ["BASE_URL", "PREFIX", "TOKEN", "FakeApi", "FakeClock", "runner_json"]
+
 BASE_URL = "https://api.test"
 TOKEN = "CW-SECRET-test-token-value"
 PREFIX = "/v1/sandbox/managedRunners"
-
-
-class FakeClock:
-    """Monotonic time that jumps to the earliest wake-up once nothing else can run; records sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-        self._wakes: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        wake = self.now + seconds
-        self._wakes.append(wake)
-        try:
-            idle_rounds = 0
-            while self.now < wake:
-                await asyncio.sleep(0)
-                # Give runnable tasks a few rounds to start their own sleeps before time moves.
-                idle_rounds = idle_rounds + 1 if wake == min(self._wakes) else 0
-                if idle_rounds >= 5:
-                    self.now = wake
-        finally:
-            self._wakes.remove(wake)
 
 
 def runner_json(runner_id: str = "prod-1", **extra: Any) -> dict[str, Any]:

@@ -17,15 +17,8 @@ from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.models import parse_runner
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, SimulatorConfig, Timings
 from runner_operator.simulator.server import RunningServer, serve
+from tests.clock import FakeClock
 from tests.unit.cloud.fakes import BASE_URL, TOKEN, FakeApi, runner_json
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -64,7 +57,7 @@ def calls(server: RunningServer, endpoint: str) -> int:
 async def test_one_list_serves_every_runner_while_fresh(server: RunningServer, cloud: CloudClient) -> None:
     ids = await seed(cloud, 30)
     server.simulator.log.clear()
-    clock = Clock()
+    clock = FakeClock(100.0)
     cache = RunnerCache(cloud, clock=clock)
     found = [await cache.find(runner_id, max_age=5) for runner_id in ids]
     assert [r.runner_id for r in found if r] == ids
@@ -80,7 +73,7 @@ async def test_a_runner_written_since_the_snapshot_is_read_directly(
     server: RunningServer, cloud: CloudClient
 ) -> None:
     ids = await seed(cloud, 3)
-    clock = Clock()
+    clock = FakeClock(100.0)
     cache = RunnerCache(cloud, clock=clock)
     await cache.find(ids[0], max_age=5)
     cache.note_write(ids[1])
@@ -93,7 +86,7 @@ async def test_a_runner_written_since_the_snapshot_is_read_directly(
 
 async def test_absence_in_the_list_is_confirmed_with_a_get(server: RunningServer, cloud: CloudClient) -> None:
     await seed(cloud, 2)
-    cache = RunnerCache(cloud, clock=Clock())
+    cache = RunnerCache(cloud, clock=FakeClock(100.0))
     server.simulator.log.clear()
     assert await cache.find("never-created", max_age=5) is None
     assert calls(server, "list") == 1
@@ -104,7 +97,7 @@ async def test_concurrent_passes_share_one_list(server: RunningServer, cloud: Cl
     ids = await seed(cloud, 20)
     server.simulator.log.clear()
     server.simulator.set_latency("list", 0.2)
-    cache = RunnerCache(cloud, clock=Clock())
+    cache = RunnerCache(cloud, clock=FakeClock(100.0))
     found = await asyncio.gather(*(cache.find(r, max_age=5) for r in ids))
     assert all(found)
     assert calls(server, "list") == 1
@@ -112,7 +105,7 @@ async def test_concurrent_passes_share_one_list(server: RunningServer, cloud: Cl
 
 async def test_max_age_zero_always_reads_directly(server: RunningServer, cloud: CloudClient) -> None:
     ids = await seed(cloud, 2)
-    cache = RunnerCache(cloud, clock=Clock())
+    cache = RunnerCache(cloud, clock=FakeClock(100.0))
     server.simulator.log.clear()
     await cache.find(ids[0], max_age=0)
     assert calls(server, "list") == 0
@@ -123,7 +116,7 @@ async def test_a_written_runner_is_served_from_the_next_list_again(
     server: RunningServer, cloud: CloudClient
 ) -> None:
     ids = await seed(cloud, 3)
-    clock = Clock()
+    clock = FakeClock(100.0)
     cache = RunnerCache(cloud, clock=clock)
     await cache.find(ids[0], max_age=5)
     cache.note_write(ids[0])
@@ -142,7 +135,7 @@ async def test_a_list_is_as_recent_as_its_request_not_its_wait_in_the_queue(
 ) -> None:
     """Writes answered while the list waited for the request budget are in it: no extra GET for them."""
     ids = await seed(cloud, 3)
-    clock = Clock()
+    clock = FakeClock(100.0)
     cache = RunnerCache(cloud, clock=clock)
     queue = cloud.budget.acquire
 
@@ -200,7 +193,7 @@ async def test_a_listed_runner_reads_as_its_direct_get_does(
     server: RunningServer, cloud: CloudClient
 ) -> None:
     ids = await seed(cloud, 3)
-    cache = RunnerCache(cloud, clock=Clock())
+    cache = RunnerCache(cloud, clock=FakeClock(100.0))
     for runner_id in ids:
         assert await cache.find(runner_id, max_age=5) == await cloud.get(runner_id)
 
@@ -211,9 +204,9 @@ async def test_the_snapshot_keeps_runners_compactly(
     monkeypatch.setattr(cache_module, "PAGE_SIZE", 1000)  # one request: the fake keeps every request
     for i in range(5, 40):
         pages.api.runners[f"r-{i}"] = runner_json(f"r-{i}")
-    cache = RunnerCache(paged, clock=Clock())
+    cache = RunnerCache(paged, clock=FakeClock(100.0))
     await cache.find("r-0", max_age=5)  # warm the client up outside the measurement
-    cache = RunnerCache(paged, clock=Clock())
+    cache = RunnerCache(paged, clock=FakeClock(100.0))
     gc.collect()
     tracemalloc.start()
     try:
@@ -230,7 +223,7 @@ async def test_the_snapshot_keeps_runners_compactly(
 
 
 async def test_a_list_that_breaks_off_keeps_the_earlier_entries(pages: Pages, paged: CloudClient) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     cache = RunnerCache(paged, clock=clock)
     assert await cache.find("r-4", max_age=5) is not None
     for runner in pages.api.runners.values():
@@ -250,7 +243,7 @@ async def test_a_list_that_breaks_off_keeps_the_earlier_entries(pages: Pages, pa
 
 
 async def test_a_runner_missing_from_a_complete_list_is_dropped(pages: Pages, paged: CloudClient) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     cache = RunnerCache(paged, clock=clock)
     await cache.find("r-0", max_age=5)
     del pages.api.runners["r-3"]
@@ -264,7 +257,7 @@ async def test_a_runner_missing_from_a_complete_list_is_dropped(pages: Pages, pa
 async def test_a_pass_during_a_refresh_reads_the_entries_already_listed_or_kept(
     pages: Pages, paged: CloudClient
 ) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     cache = RunnerCache(paged, clock=clock)
     await cache.find("r-0", max_age=5)
     release = asyncio.Event()
@@ -290,7 +283,7 @@ async def test_a_pass_during_a_refresh_reads_the_entries_already_listed_or_kept(
 
 async def test_an_unreadable_entry_fails_only_its_own_runner(pages: Pages, paged: CloudClient) -> None:
     del pages.api.runners["r-2"]["spec"]
-    cache = RunnerCache(paged, clock=Clock())
+    cache = RunnerCache(paged, clock=FakeClock(100.0))
     assert await cache.find("r-1", max_age=5) is not None
     with pytest.raises(errors.IncompatibleServer, match="no spec"):
         await cache.find("r-2", max_age=5)
@@ -298,7 +291,7 @@ async def test_an_unreadable_entry_fails_only_its_own_runner(pages: Pages, paged
 
 async def test_an_unreadable_identity_fails_the_list(pages: Pages, paged: CloudClient) -> None:
     pages.api.runners["r-2"]["identity"]["clusterId"] = 7
-    cache = RunnerCache(paged, clock=Clock())
+    cache = RunnerCache(paged, clock=FakeClock(100.0))
     with pytest.raises(errors.IncompatibleServer, match=r"identity\.clusterId"):
         await cache.find("r-1", max_age=5)
 
@@ -306,7 +299,7 @@ async def test_an_unreadable_identity_fails_the_list(pages: Pages, paged: CloudC
 async def test_identities_name_every_runner_and_its_cluster_from_a_list_taken_now(
     pages: Pages, paged: CloudClient
 ) -> None:
-    cache = RunnerCache(paged, clock=Clock())
+    cache = RunnerCache(paged, clock=FakeClock(100.0))
     await cache.find("r-0", max_age=5)
     pages.api.runners["r-9"] = runner_json("r-9") | {"identity": {"runnerId": "r-9", "clusterId": "c-9"}}
     found = await cache.identities(0)
@@ -318,7 +311,7 @@ async def test_identities_name_every_runner_and_its_cluster_from_a_list_taken_no
 
 
 async def test_close_stops_a_refresh_in_flight(pages: Pages, paged: CloudClient) -> None:
-    cache = RunnerCache(paged, clock=Clock())
+    cache = RunnerCache(paged, clock=FakeClock(100.0))
     stuck = asyncio.Event()
 
     async def never(*args: object, **kwargs: object) -> None:

@@ -11,18 +11,11 @@ from pydantic import SecretStr
 from runner_operator.cloud import budget
 from runner_operator.credentials import IDLE_RESYNCS, TokenRegistry
 from runner_operator.settings import Settings
+from tests.clock import FakeClock
 
 RESYNC = 10.0
 OLD = SecretStr("CW-SECRET-old")
 NEW = SecretStr("CW-SECRET-new")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(autouse=True)
@@ -33,12 +26,12 @@ def fresh_budgets() -> Iterator[None]:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(100.0)
 
 
 @pytest.fixture
-def credentials(clock: Clock) -> TokenRegistry:
+def credentials(clock: FakeClock) -> TokenRegistry:
     settings = Settings(resync_interval=RESYNC, passes_per_credential=1)
     return TokenRegistry(settings, lambda _ns, _name: None, clock=clock)
 
@@ -51,7 +44,7 @@ async def use(credentials: TokenRegistry, token: SecretStr) -> None:
 
 
 async def test_a_token_unused_for_a_few_resyncs_is_forgotten_and_its_client_closed(
-    credentials: TokenRegistry, clock: Clock
+    credentials: TokenRegistry, clock: FakeClock
 ) -> None:
     await use(credentials, OLD)
     old_client, old_cache = credentials.client(OLD), credentials.cache(OLD)
@@ -63,7 +56,9 @@ async def test_a_token_unused_for_a_few_resyncs_is_forgotten_and_its_client_clos
     assert budget.shared(credentials.settings.api_endpoint, OLD.get_secret_value()) is not old_client.budget
 
 
-async def test_a_token_used_within_the_idle_time_is_kept(credentials: TokenRegistry, clock: Clock) -> None:
+async def test_a_token_used_within_the_idle_time_is_kept(
+    credentials: TokenRegistry, clock: FakeClock
+) -> None:
     await use(credentials, OLD)
     kept = credentials.client(OLD)
     clock.now += IDLE_RESYNCS * RESYNC - 1
@@ -73,7 +68,7 @@ async def test_a_token_used_within_the_idle_time_is_kept(credentials: TokenRegis
 
 
 async def test_a_pass_in_flight_keeps_its_token_however_long_it_takes(
-    credentials: TokenRegistry, clock: Clock
+    credentials: TokenRegistry, clock: FakeClock
 ) -> None:
     async with credentials.turn(OLD):
         held = credentials.client(OLD)
@@ -90,7 +85,7 @@ async def test_a_pass_in_flight_keeps_its_token_however_long_it_takes(
 
 
 async def test_budget_counters_of_a_forgotten_token_stay_counted(
-    credentials: TokenRegistry, clock: Clock
+    credentials: TokenRegistry, clock: FakeClock
 ) -> None:
     await use(credentials, OLD)
     credentials.client(OLD).budget.record_rate_limited(None)

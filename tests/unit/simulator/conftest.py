@@ -11,28 +11,16 @@ import pytest
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, SimulatorConfig, Timings
 from runner_operator.simulator.core import Simulator
 from runner_operator.simulator.server import RunningServer, serve
+from tests.clock import FakeClock
 
 ADMIN = {"Authorization": f"Bearer {DEV_ADMIN_TOKEN}"}
 
 START = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
 
-class ManualClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def tick(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
+def clock() -> FakeClock:
+    return FakeClock(START)
 
 
 @pytest.fixture
@@ -43,7 +31,7 @@ def timings() -> Timings:
 
 
 @pytest.fixture
-def sim(clock: ManualClock, timings: Timings) -> Simulator:
+def sim(clock: FakeClock, timings: Timings) -> Simulator:
     return Simulator(SimulatorConfig(clock=clock, timings=timings, log_requests=False))
 
 
@@ -59,7 +47,7 @@ def runner(
 
 
 @pytest.fixture
-async def server(clock: ManualClock) -> AsyncIterator[RunningServer]:
+async def server(clock: FakeClock) -> AsyncIterator[RunningServer]:
     async with await serve(SimulatorConfig(clock=clock, timings=Timings(), log_requests=False)) as running:
         yield running
 

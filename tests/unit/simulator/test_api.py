@@ -10,7 +10,8 @@ import pytest
 from runner_operator.simulator.config import SimulatorConfig
 from runner_operator.simulator.core import Simulator
 from runner_operator.simulator.errors import ApiError
-from tests.unit.simulator.conftest import ManualClock, runner
+from tests.clock import FakeClock
+from tests.unit.simulator.conftest import runner
 
 
 def refused(call: Any, *args: Any) -> ApiError:
@@ -395,24 +396,24 @@ def test_server_fills_zone_group_channel_and_cluster_name(sim: Simulator) -> Non
     }
 
 
-def test_cluster_names_come_from_the_configured_map(clock: ManualClock) -> None:
+def test_cluster_names_come_from_the_configured_map(clock: FakeClock) -> None:
     sim = Simulator(SimulatorConfig(clock=clock, cluster_names={"c": "prod-east"}))
     assert sim.create(runner(cluster="c"), "r")["identity"]["clusterName"] == "prod-east"
 
 
-def test_unknown_cluster_is_not_found_when_clusters_are_known(clock: ManualClock) -> None:
+def test_unknown_cluster_is_not_found_when_clusters_are_known(clock: FakeClock) -> None:
     sim = Simulator(SimulatorConfig(clock=clock, cluster_names={"c": "x"}, known_clusters_only=True))
     assert refused(sim.create, runner(cluster="d"), "r").code == 5
 
 
-def test_uppercase_zone_can_be_rejected(clock: ManualClock) -> None:
+def test_uppercase_zone_can_be_rejected(clock: FakeClock) -> None:
     sim = Simulator(SimulatorConfig(clock=clock, reject_uppercase_zone=True))
     body = runner()
     body["identity"]["zone"] = "US-EAST-04A"
     assert "managed_runner.identity.zone" in violations(refused(sim.create, body, "r"))
 
 
-def test_lenient_mode_drops_unknown_fields(clock: ManualClock) -> None:
+def test_lenient_mode_drops_unknown_fields(clock: FakeClock) -> None:
     sim = Simulator(SimulatorConfig(clock=clock, lenient=True))
     assert "surprise" not in sim.create(runner(surprise=1), "r")
 
@@ -448,7 +449,7 @@ def test_request_id_is_required(sim: Simulator) -> None:
     assert (err.code, violations(err)) == (3, ["request_id"])
 
 
-def test_same_request_id_and_body_replays_the_first_result(sim: Simulator, clock: ManualClock) -> None:
+def test_same_request_id_and_body_replays_the_first_result(sim: Simulator, clock: FakeClock) -> None:
     first = sim.create(runner(), "req-1")
     clock.tick(1)
     again = sim.create(runner(), "req-1")
@@ -586,7 +587,7 @@ def test_update_of_missing_runner_is_not_found(sim: Simulator) -> None:
     assert refused(sim.update, "ghost", {"displayName": "x"}, "displayName").code == 5
 
 
-def test_body_runner_id_mismatch_can_be_rejected(clock: ManualClock) -> None:
+def test_body_runner_id_mismatch_can_be_rejected(clock: FakeClock) -> None:
     sim = Simulator(SimulatorConfig(clock=clock, reject_id_mismatch=True))
     sim.create(runner(), "r")
     err = refused(
@@ -615,7 +616,7 @@ def test_policy_update_needs_the_current_etag(sim: Simulator, etag: str | None) 
     assert sim.get("prod-east")["policy"] == {}
 
 
-def test_missing_etag_can_mean_last_writer_wins(clock: ManualClock) -> None:
+def test_missing_etag_can_mean_last_writer_wins(clock: FakeClock) -> None:
     sim = Simulator(SimulatorConfig(clock=clock, require_etag=False))
     sim.create(runner(), "r")
     assert sim.update("prod-east", {"policy": {"displayName": "n"}}, "policy")["policy"] == {
@@ -675,7 +676,7 @@ def test_list_pages_in_runner_id_order(sim: Simulator) -> None:
         pytest.param(5000, 1000, id="clamped-to-1000"),
     ],
 )
-def test_page_size_defaults_and_clamps(clock: ManualClock, size: int | None, expected: int) -> None:
+def test_page_size_defaults_and_clamps(clock: FakeClock, size: int | None, expected: int) -> None:
     sim = Simulator(SimulatorConfig(clock=clock, require_request_id=False))
     _populate(sim, 1001)
     assert len(sim.list_runners(size)["managedRunners"]) == expected
@@ -703,7 +704,7 @@ def test_list_filters_by_cluster_and_binds_the_token_to_the_filter(sim: Simulato
     assert refused(sim.list_runners, 1, token, "c-2").code == 3
 
 
-def test_list_skips_runners_whose_deletion_finished(sim: Simulator, clock: ManualClock) -> None:
+def test_list_skips_runners_whose_deletion_finished(sim: Simulator, clock: FakeClock) -> None:
     _populate(sim, 3)
     sim.delete("r-001")
     clock.tick(5)

@@ -11,7 +11,8 @@ import pytest
 
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, DEV_USER_TOKEN, SimulatorConfig
 from runner_operator.simulator.server import RunningServer, parse_args, serve
-from tests.unit.simulator.conftest import ManualClock, runner
+from tests.clock import FakeClock
+from tests.unit.simulator.conftest import runner
 
 RUNNERS = "/v1/sandbox/managedRunners"
 ADMIN = {"Authorization": f"Bearer {DEV_ADMIN_TOKEN}"}
@@ -50,7 +51,7 @@ async def test_control_api_refuses_user_tokens(server: RunningServer) -> None:
         assert (await c.post("/_sim/reset")).status_code == 403
 
 
-async def test_separate_control_token_is_the_only_key_to_the_control_api(clock: ManualClock) -> None:
+async def test_separate_control_token_is_the_only_key_to_the_control_api(clock: FakeClock) -> None:
     config = SimulatorConfig(clock=clock, control_token="ctl", log_requests=False)
     async with await serve(config) as running, httpx.AsyncClient(base_url=running.url) as client:
         admin = await client.get("/_sim/state", headers=ADMIN)
@@ -143,7 +144,7 @@ async def test_request_log_counts_method_route_and_status(
 
 
 async def test_every_request_is_logged_without_token_or_body(
-    clock: ManualClock, caplog: pytest.LogCaptureFixture
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="runner_operator.simulator")
     async with (
@@ -214,7 +215,7 @@ async def test_control_api_sets_timings_and_resets(server: RunningServer, http: 
     assert state["timings"]["install_seconds"] == 2.0
 
 
-async def test_state_file_survives_a_restart(tmp_path: Path, clock: ManualClock) -> None:
+async def test_state_file_survives_a_restart(tmp_path: Path, clock: FakeClock) -> None:
     config = SimulatorConfig(clock=clock, state_file=str(tmp_path / "state.json"), log_requests=False)
     async with await serve(config) as first, httpx.AsyncClient(base_url=first.url, headers=ADMIN) as client:
         await create(client)

@@ -6,7 +6,8 @@ import pytest
 
 from runner_operator.simulator.core import Simulator
 from runner_operator.simulator.errors import ApiError
-from tests.unit.simulator.conftest import ManualClock, runner
+from tests.clock import FakeClock
+from tests.unit.simulator.conftest import runner
 
 
 def test_create_starts_pending_with_target_revision_one(sim: Simulator) -> None:
@@ -30,7 +31,7 @@ def test_create_starts_pending_with_target_revision_one(sim: Simulator) -> None:
     ],
 )
 def test_install_progresses_with_time(
-    sim: Simulator, clock: ManualClock, elapsed: float, install: str, connection: str | None
+    sim: Simulator, clock: FakeClock, elapsed: float, install: str, connection: str | None
 ) -> None:
     sim.create(runner(), "req-1")
     clock.tick(elapsed)
@@ -39,7 +40,7 @@ def test_install_progresses_with_time(
     assert got.get("connectionStatus") == (connection and f"RUNNER_CONNECTION_STATUS_{connection}")
 
 
-def test_ready_runner_has_caught_up_and_runs_the_channel_version(sim: Simulator, clock: ManualClock) -> None:
+def test_ready_runner_has_caught_up_and_runs_the_channel_version(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner(), "req-1")
     clock.tick(7)
     got = sim.get("prod-east")
@@ -49,7 +50,7 @@ def test_ready_runner_has_caught_up_and_runs_the_channel_version(sim: Simulator,
     assert got["lastHeartbeatTime"] == "2027-01-15T08:00:07Z"
 
 
-def test_heartbeat_advances_only_while_connected(sim: Simulator, clock: ManualClock) -> None:
+def test_heartbeat_advances_only_while_connected(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner(), "req-1")
     clock.tick(7 + 25)
     assert sim.get("prod-east")["lastHeartbeatTime"] == "2027-01-15T08:00:27Z"
@@ -64,7 +65,7 @@ def test_heartbeat_advances_only_while_connected(sim: Simulator, clock: ManualCl
     assert got["lastHeartbeatTime"] == "2027-01-15T08:01:42Z"
 
 
-def test_default_policy_is_stored_on_connect_when_absent(sim: Simulator, clock: ManualClock) -> None:
+def test_default_policy_is_stored_on_connect_when_absent(sim: Simulator, clock: FakeClock) -> None:
     body = runner()
     del body["policy"]
     created = sim.create(body, "req-1")
@@ -75,7 +76,7 @@ def test_default_policy_is_stored_on_connect_when_absent(sim: Simulator, clock: 
     assert got["etag"] != created["etag"]
 
 
-def test_explicit_empty_policy_is_kept_on_connect(sim: Simulator, clock: ManualClock) -> None:
+def test_explicit_empty_policy_is_kept_on_connect(sim: Simulator, clock: FakeClock) -> None:
     created = sim.create(runner(), "req-1")
     clock.tick(7)
     got = sim.get("prod-east")
@@ -83,7 +84,7 @@ def test_explicit_empty_policy_is_kept_on_connect(sim: Simulator, clock: ManualC
     assert got["etag"] == created["etag"]
 
 
-def test_spec_update_rolls_out_a_new_revision(sim: Simulator, clock: ManualClock) -> None:
+def test_spec_update_rolls_out_a_new_revision(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner(), "req-1")
     clock.tick(7)
     before = sim.get("prod-east")
@@ -102,7 +103,7 @@ def test_spec_update_rolls_out_a_new_revision(sim: Simulator, clock: ManualClock
     assert "rolloutInProgress" not in done
 
 
-def test_spec_update_during_install_is_picked_up_by_the_install(sim: Simulator, clock: ManualClock) -> None:
+def test_spec_update_during_install_is_picked_up_by_the_install(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner(), "req-1")
     sim.update("prod-east", {"spec": {"enforceResourceLimits": True}}, "spec.enforceResourceLimits")
     clock.tick(7)
@@ -110,7 +111,7 @@ def test_spec_update_during_install_is_picked_up_by_the_install(sim: Simulator, 
     assert (got["activeRevision"], got["targetRevision"]) == (2, 2)
 
 
-def test_unchanged_spec_write_does_not_bump_the_revision(sim: Simulator, clock: ManualClock) -> None:
+def test_unchanged_spec_write_does_not_bump_the_revision(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner(spec={"enforceResourceLimits": True}), "req-1")
     clock.tick(7)
     got = sim.update("prod-east", {"spec": {"enforceResourceLimits": True}}, "spec.enforceResourceLimits")
@@ -118,7 +119,7 @@ def test_unchanged_spec_write_does_not_bump_the_revision(sim: Simulator, clock: 
     assert got["updateTime"] == got["createTime"]
 
 
-def test_policy_update_rotates_etag_but_not_revision(sim: Simulator, clock: ManualClock) -> None:
+def test_policy_update_rotates_etag_but_not_revision(sim: Simulator, clock: FakeClock) -> None:
     created = sim.create(runner(), "req-1")
     clock.tick(7)
     got = sim.update("prod-east", {"policy": {"displayName": "x"}, "etag": created["etag"]}, "policy")
@@ -127,7 +128,7 @@ def test_policy_update_rotates_etag_but_not_revision(sim: Simulator, clock: Manu
     assert got["updateTime"] == "2027-01-15T08:00:07Z"
 
 
-def test_display_name_update_keeps_etag_and_revision(sim: Simulator, clock: ManualClock) -> None:
+def test_display_name_update_keeps_etag_and_revision(sim: Simulator, clock: FakeClock) -> None:
     created = sim.create(runner(), "req-1")
     clock.tick(1)
     got = sim.update("prod-east", {"displayName": "East"}, "displayName")
@@ -135,9 +136,7 @@ def test_display_name_update_keeps_etag_and_revision(sim: Simulator, clock: Manu
     assert got["updateTime"] == "2027-01-15T08:00:01Z"
 
 
-def test_delete_keeps_runner_readable_then_releases_id_and_cluster(
-    sim: Simulator, clock: ManualClock
-) -> None:
+def test_delete_keeps_runner_readable_then_releases_id_and_cluster(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner(), "req-1")
     clock.tick(7)
     assert sim.delete("prod-east") == {}
@@ -164,7 +163,7 @@ def test_deleting_runner_refuses_updates(sim: Simulator) -> None:
     assert refused.value.code == 9
 
 
-def test_install_failure_reports_error_and_recovers(sim: Simulator, clock: ManualClock) -> None:
+def test_install_failure_reports_error_and_recovers(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner(), "req-1")
     failed = sim.fail_install("prod-east", message="no nodes")
     assert failed["installStatus"] == "RUNNER_INSTALL_STATUS_FAILED"
@@ -179,7 +178,7 @@ def test_install_failure_reports_error_and_recovers(sim: Simulator, clock: Manua
     assert sim.get("prod-east")["installStatus"] == "RUNNER_INSTALL_STATUS_READY"
 
 
-def test_armed_install_failure_strikes_when_install_would_finish(sim: Simulator, clock: ManualClock) -> None:
+def test_armed_install_failure_strikes_when_install_would_finish(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner(), "req-1")
     sim.fail_install("prod-east", immediately=False)
     clock.tick(6.9)
@@ -188,7 +187,7 @@ def test_armed_install_failure_strikes_when_install_would_finish(sim: Simulator,
     assert sim.get("prod-east")["installStatus"] == "RUNNER_INSTALL_STATUS_FAILED"
 
 
-def test_release_makes_update_available_and_apply_rolls_it_out(sim: Simulator, clock: ManualClock) -> None:
+def test_release_makes_update_available_and_apply_rolls_it_out(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner(), "req-1")
     clock.tick(7)
     with pytest.raises(ApiError) as nothing:
@@ -206,7 +205,7 @@ def test_release_makes_update_available_and_apply_rolls_it_out(sim: Simulator, c
     assert done["activeRevision"] == 2
 
 
-def test_release_on_other_channel_does_not_concern_the_runner(sim: Simulator, clock: ManualClock) -> None:
+def test_release_on_other_channel_does_not_concern_the_runner(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner(), "req-1")
     clock.tick(7)
     sim.publish_release("RELEASE_CHANNEL_RAPID", "rapid-9")
@@ -226,7 +225,7 @@ def test_out_of_band_create_is_installed_immediately(sim: Simulator) -> None:
     assert (got["activeRevision"], got["targetRevision"]) == (1, 1)
 
 
-def test_out_of_band_edits_change_state_without_etag(sim: Simulator, clock: ManualClock) -> None:
+def test_out_of_band_edits_change_state_without_etag(sim: Simulator, clock: FakeClock) -> None:
     created = sim.create(runner(spec={"enforceResourceLimits": True}), "req-1")
     clock.tick(7)
     got = sim.edit_out_of_band(

@@ -17,7 +17,8 @@ from runner_operator.simulator.config import DEV_ADMIN_TOKEN, DEV_USER_TOKEN, Si
 from runner_operator.simulator.core import Simulator
 from runner_operator.simulator.errors import ApiError
 from runner_operator.simulator.server import RunningServer, serve
-from tests.unit.simulator.conftest import ManualClock, runner
+from tests.clock import FakeClock
+from tests.unit.simulator.conftest import runner
 
 RUNNERS = "/v1/sandbox/managedRunners"
 B_TOKEN = "CW-SECRET-org-b"
@@ -64,7 +65,7 @@ def test_another_organisations_runner_is_not_found_like_an_unknown_one(sim: Simu
     ],
 )
 def test_every_call_on_another_organisations_runner_is_not_found(
-    sim: Simulator, clock: ManualClock, call: Callable[[Simulator], Any]
+    sim: Simulator, clock: FakeClock, call: Callable[[Simulator], Any]
 ) -> None:
     created = sim.create(runner(), "req-1")
     clock.tick(7)
@@ -118,7 +119,7 @@ def test_runner_ids_are_unique_per_organisation(sim: Simulator) -> None:
     assert sim.get("x")["etag"] == mine["etag"]
 
 
-def test_one_runner_per_cluster_holds_across_organisations(sim: Simulator, clock: ManualClock) -> None:
+def test_one_runner_per_cluster_holds_across_organisations(sim: Simulator, clock: FakeClock) -> None:
     sim.create(runner("secret-name", cluster="c-1"), "req-1")
     err = refused(sim.create, runner("other", cluster="c-1"), "req-1", organization="b")
     assert err.code == 6
@@ -162,7 +163,7 @@ def test_out_of_band_calls_act_in_the_given_organisation(sim: Simulator) -> None
     assert sim.runner_ids("b") == []
 
 
-def test_token_mapping_is_replaced_merged_validated_and_reset(clock: ManualClock) -> None:
+def test_token_mapping_is_replaced_merged_validated_and_reset(clock: FakeClock) -> None:
     sim = Simulator(SimulatorConfig(clock=clock, organizations={"t-1": "one"}, log_requests=False))
     assert (sim.organization_of("t-1"), sim.organization_of("unmapped"), sim.organization_of(None)) == (
         "one",
@@ -181,7 +182,7 @@ def test_token_mapping_is_replaced_merged_validated_and_reset(clock: ManualClock
     assert sim.organizations == {"t-1": "one"}
 
 
-def test_snapshot_keeps_each_runners_organisation(tmp_path: Path, clock: ManualClock) -> None:
+def test_snapshot_keeps_each_runners_organisation(tmp_path: Path, clock: FakeClock) -> None:
     config = SimulatorConfig(clock=clock, state_file=str(tmp_path / "state.json"), log_requests=False)
     first = Simulator(config)
     mine = first.create(runner("x", cluster="c-1"), "req")
@@ -193,7 +194,7 @@ def test_snapshot_keeps_each_runners_organisation(tmp_path: Path, clock: ManualC
     assert refused(second.create, runner("y", cluster="c-2"), "other").code == 6
 
 
-def test_version_1_snapshots_load_into_the_default_organisation(tmp_path: Path, clock: ManualClock) -> None:
+def test_version_1_snapshots_load_into_the_default_organisation(tmp_path: Path, clock: FakeClock) -> None:
     path = tmp_path / "state.json"
     config = SimulatorConfig(clock=clock, state_file=str(path), log_requests=False)
     made = Simulator(config).create(runner(), "req-1")
@@ -213,7 +214,7 @@ def test_version_1_snapshots_load_into_the_default_organisation(tmp_path: Path, 
 
 
 @pytest.fixture
-async def server(clock: ManualClock) -> AsyncIterator[RunningServer]:
+async def server(clock: FakeClock) -> AsyncIterator[RunningServer]:
     config = SimulatorConfig(
         clock=clock, timings=Timings(), organizations={B_TOKEN: "org-b"}, log_requests=False
     )
@@ -343,7 +344,7 @@ async def test_control_api_acts_in_a_given_organisation(
     assert server.simulator.organization_counts() == {}
 
 
-async def test_state_file_keeps_organisations_over_http(tmp_path: Path, clock: ManualClock) -> None:
+async def test_state_file_keeps_organisations_over_http(tmp_path: Path, clock: FakeClock) -> None:
     config = SimulatorConfig(
         clock=clock,
         organizations={B_TOKEN: "org-b"},
