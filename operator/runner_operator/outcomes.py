@@ -336,6 +336,19 @@ def report(
                     stalled = status.condition(conditions.STALLED)
                     events.append(Event("Warning", "DeletionStalled", str(stalled and stalled.message)))
                 return Outcome(status, tuple(events))
+            if reason == "Replacing":
+                # The old runner's decommission: neither the new runner (absent) nor the old one (DELETING,
+                # read as an out-of-band deletion) says what is going on; the wait itself does.
+                status = _status(
+                    res,
+                    ctx,
+                    None,
+                    ready=_not_ready(reason, message),
+                    synced=_synced(),
+                    extra=extra,
+                    keep_observation=True,
+                )
+                return Outcome(status, tuple(events))
             return _observed(res, facts, ctx, observed, events, extra)
         case planning.Idle():
             if facts.paused:
@@ -571,6 +584,10 @@ FAILURES: tuple[tuple[type[errors.CloudError], str, bool, bool], ...] = (
     (errors.RateLimited, "RateLimited", False, False),
     (errors.Unavailable, "ApiUnavailable", False, False),
     (errors.StaleEtag, "StaleEtag", False, False),
+    # A race with a change outside Kubernetes (the runner went between the read and the call): the next
+    # pass observes again, so retried like the catalogue says, never "needs a person".
+    (errors.NotFound, "NotFound", False, False),
+    (errors.AlreadyExists, "AlreadyExists", False, False),
     (errors.Unauthenticated, "CredentialsRejected", False, True),
     (errors.PermissionDenied, "PermissionDenied", False, True),
     (errors.Misrouted, "EndpointMisrouted", False, True),
