@@ -339,6 +339,19 @@ def report(
                     stalled = status.condition(conditions.STALLED)
                     events.append(Event("Warning", Reason.DELETION_STALLED, str(stalled and stalled.message)))
                 return Outcome(status, tuple(events))
+            if reason == "Replacing":
+                # The old runner's decommission: neither the new runner (absent) nor the old one (DELETING,
+                # read as an out-of-band deletion) says what is going on; the wait itself does.
+                status = _status(
+                    res,
+                    ctx,
+                    None,
+                    ready=_not_ready(reason, message),
+                    synced=_synced(),
+                    extra=extra,
+                    keep_observation=True,
+                )
+                return Outcome(status, tuple(events))
             return _observed(res, facts, ctx, observed, events, extra)
         case planning.Idle():
             if facts.paused:
@@ -574,6 +587,10 @@ FAILURES: tuple[tuple[type[errors.CloudError], Reason, bool, bool], ...] = (
     (errors.RateLimited, Reason.RATE_LIMITED, False, False),
     (errors.Unavailable, Reason.API_UNAVAILABLE, False, False),
     (errors.StaleEtag, Reason.STALE_ETAG, False, False),
+    # A race with a change outside Kubernetes (the runner went between the read and the call): the next
+    # pass observes again, so retried like the catalogue says, never "needs a person".
+    (errors.NotFound, Reason.NOT_FOUND, False, False),
+    (errors.AlreadyExists, Reason.ALREADY_EXISTS, False, False),
     (errors.Unauthenticated, Reason.CREDENTIALS_REJECTED, False, True),
     (errors.PermissionDenied, Reason.PERMISSION_DENIED, False, True),
     (errors.Misrouted, Reason.ENDPOINT_MISROUTED, False, True),

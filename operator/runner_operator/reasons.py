@@ -182,7 +182,7 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "AlreadyExists": ((EVENT, SYNCED), "The API answered ALREADY_EXISTS outside a create."),
     # needs a spec change or a person (terminal: Stalled=True)
     "InvalidSpec": (
-        (EVENT, SYNCED, STALLED),
+        (EVENT, READY, SYNCED, STALLED),
         "The API rejected the spec; the message has the field violations.",
     ),
     "RunnerIdTaken": (
@@ -198,17 +198,20 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "Another ManagedRunner already manages this runner ID.",
     ),
     "ImmutableFieldChanged": (
-        (EVENT, SYNCED, STALLED),
+        (EVENT, READY, SYNCED, STALLED),
         "zone or clusterId differ from the runner's: create a new ManagedRunner.",
     ),
     "AdoptionMismatch": (
         (EVENT, READY, SYNCED, STALLED),
         "adopt: the runner's zone or cluster differ from the spec.",
     ),
-    "IncompatibleServer": ((EVENT, SYNCED, STALLED), "The API response lacks required fields (e.g. spec)."),
-    "Unimplemented": ((EVENT, SYNCED, STALLED), "The API does not implement the call (501)."),
+    "IncompatibleServer": (
+        (EVENT, READY, SYNCED, STALLED),
+        "The API response lacks required fields (e.g. spec).",
+    ),
+    "Unimplemented": ((EVENT, READY, SYNCED, STALLED), "The API does not implement the call (501)."),
     "ApiError": (
-        (EVENT, SYNCED, STALLED),
+        (EVENT, READY, SYNCED, STALLED),
         "The API answered with an error code this operator does not know.",
     ),
     "EndpointMisrouted": (

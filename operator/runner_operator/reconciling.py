@@ -8,6 +8,7 @@ is `planning`, and what a pass means for the resource is `outcomes` (both pure).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from datetime import datetime
 
@@ -44,6 +45,8 @@ __all__ = [
     "unreadable",
 ]
 
+
+log = logging.getLogger(__name__)
 
 REQUEST_KEYS = uuid.UUID("6c1d3f0e-3a55-4d4c-9c55-7f0f1c0b2d11")
 
@@ -96,6 +99,11 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: Co
             facts = dataclasses.replace(facts, cluster_holder=await cloud.cluster_holder(res.spec.cluster_id))
         return await _act(res, cloud, ctx, facts, planning.plan(facts))
     except errors.CloudError as exc:
+        return failed(res, ctx, exc)
+    except Exception as exc:
+        # A bug, not an API answer: reported (InternalError) and retried like one, with its traceback
+        # logged, instead of leaving Synced as an earlier pass left it.
+        log.exception("Unexpected error reconciling %s/%s", res.namespace, res.name)
         return failed(res, ctx, exc)
 
 

@@ -27,6 +27,8 @@ from runner_operator.reasons import Reason
             False,
             False,
         ),
+        (errors.NotFound("gone meanwhile", code="NOT_FOUND"), "NotFound", False, False),
+        (errors.AlreadyExists("exists", code="ALREADY_EXISTS"), "AlreadyExists", False, False),
         (errors.Unauthenticated("no", code="UNAUTHENTICATED"), "CredentialsRejected", False, True),
         (errors.PermissionDenied("no", code="PERMISSION_DENIED"), "PermissionDenied", False, True),
         (errors.Misrouted("bare 404", code="MISROUTED"), "EndpointMisrouted", False, True),
