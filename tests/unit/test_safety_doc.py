@@ -152,6 +152,18 @@ RULES: list[tuple[str, str, list[str]]] = [
             f"{E2E}::test_unreadable_spec_is_reported_once_and_still_deletable",
         ],
     ),
+    (
+        "An operator never comes up watching nothing",
+        "kopf reads the API server's discovery once when it starts. An operator (re)started while the "
+        "control plane restarts would otherwise serve no ManagedRunner until its next restart, silently: no "
+        "deletion, no drift correction. It waits until discovery lists ManagedRunners (logged), and exits "
+        "non-zero after RUNNER_OPERATOR_STARTUP_TIMEOUT so the restart is visible.",
+        [
+            "tests/unit/core/test_startup.py::test_waits_through_empty_and_failing_discovery_then_starts",
+            "tests/unit/core/test_startup.py::test_gives_up_with_a_clear_error_when_never_served",
+            f"{E2E}::test_operator_started_while_the_api_server_is_down_serves_once_it_is_back",
+        ],
+    ),
 ]
 
 
@@ -171,9 +183,9 @@ def render() -> str:
         lines += [f"- `{proof}`" for proof in proofs]
         lines.append("")
     lines += [
-        "Across all of them, a randomized soak (`bench/soak.py`, run by hand; its 2-minute CI version is not",
-        "in CI yet: on the shared e2e cluster it did not settle) edits, deletes, re-identifies, pauses 50+",
-        "ManagedRunners, deletes credentials Secrets,",
+        "Across all of them, a randomized soak (`bench/soak.py`; `tests/e2e/test_soak.py` runs 2 minutes of",
+        "it in CI, on the shared e2e cluster) edits, deletes, re-identifies and pauses 50+ ManagedRunners,",
+        "deletes credentials Secrets,",
         "injects API faults and bare 404s, SIGKILLs the operator and restarts the API server, then checks",
         "that the cloud holds exactly the runners the resources say.",
         "",
