@@ -173,213 +173,343 @@ def report(
 ) -> Outcome:
     """What a pass that took `action` reports: status, conditions and Events (pure).
 
-    `answer` is the API's response to the action's call (the created or updated runner).
+    `answer` is the API's response to the action's call (the created or updated runner). One small
+    function per action below, so each reads on its own.
     """
-    observed = facts.observed
+    match action:
+        case planning.ReserveRequestId():
+            return _reserved(res, ctx, facts, action)
+        case planning.Create():
+            return _created(res, ctx, facts, action, answer)
+        case planning.Bind():
+            return _bound(res, ctx, facts, action)
+        case planning.Adopt():
+            return _adopted(res, ctx, facts, action)
+        case planning.Update():
+            return _updated(res, ctx, facts, action, answer)
+        case planning.Delete(replacing=True):
+            return _replacing(res, ctx, facts, action)
+        case planning.ForgetOld():
+            return _forgot(res, ctx, facts, action)
+        case planning.Delete():
+            return _deleting(res, ctx, facts, action)
+        case planning.Release(orphaned):
+            return released(res, ctx, orphaned=orphaned)
+        case planning.Wait():
+            return _waiting(res, ctx, facts, action)
+        case planning.Idle():
+            return _idle(res, ctx, facts, action)
+        case planning.Conflict():
+            return _conflict(res, ctx, facts, action)
+    raise AssertionError(f"unhandled action {action!r}")
+
+
+def _reserved(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.ReserveRequestId,
+) -> Outcome:
+    request_id, recreate = action.request_id, action.recreate
     now = ctx.now
     events: list[Event] = []
     extra = StatusPatch()
-    match action:
-        case planning.ReserveRequestId(request_id, recreate):
-            # Full precision: a runner created in the same second but before the key is not ours.
-            requested = now.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-            extra |= StatusPatch(create_request_id=request_id, create_requested_time=requested)
-            if ctx.credential:
-                extra |= StatusPatch(credential_fingerprint=ctx.credential)
-            extra |= StatusPatch(phase="Creating")
-            if recreate:
-                extra |= StatusPatch(runner_id=None, recreations=recreations(res) + 1)
-                if (replacement := _replacement(res)) is not None:
-                    extra |= StatusPatch(replacement=replacement | Replacement(phase="Creating"))
-                else:
-                    events.append(
-                        Event(
-                            "Warning",
-                            Reason.RECREATING_DELETED_RUNNER,
-                            f"runner {res.spec.runner_id} was deleted outside Kubernetes; creating it again",
-                        )
-                    )
-            status = _status(
-                res,
-                ctx,
-                None,
-                ready=_not_ready(Reason.CREATING, "preparing to create the runner"),
-                synced=_synced(),
-                extra=extra,
-            )
-            return Outcome(status, tuple(events))
-        case planning.Create():
-            created = answer
-            extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=False)
-            if res.deleting:
-                # The replay proved the runner is ours; the next pass deletes it.
-                status = _status(res, ctx, created, ready=None, synced=_synced(), extra=extra)
-                status = _add_deletion_progress(status, res, ctx)
-                return Outcome(status, (), calls=("create",))
-            if res.status.get("replacement"):
-                extra |= StatusPatch(replacement=None)
-                old_id = res.status["replacement"].get("fromRunnerId")
-                events.append(
-                    Event("Normal", Reason.REPLACED, f"runner {old_id} was replaced by {res.spec.runner_id}")
-                )
-            else:
-                events.append(Event("Normal", Reason.CREATED, f"created runner {res.spec.runner_id}"))
-            return _observed(res, facts, ctx, created, events, extra, calls=("create",))
-        case planning.Bind():
-            extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=False)
+    # Full precision: a runner created in the same second but before the key is not ours.
+    requested = now.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    extra |= StatusPatch(create_request_id=request_id, create_requested_time=requested)
+    if ctx.credential:
+        extra |= StatusPatch(credential_fingerprint=ctx.credential)
+    extra |= StatusPatch(phase="Creating")
+    if recreate:
+        extra |= StatusPatch(runner_id=None, recreations=recreations(res) + 1)
+        if (replacement := _replacement(res)) is not None:
+            extra |= StatusPatch(replacement=replacement | Replacement(phase="Creating"))
+        else:
             events.append(
                 Event(
-                    "Normal",
-                    Reason.CREATE_CONFIRMED,
-                    f"runner {res.spec.runner_id} was created by this resource's request {facts.request_id} "
-                    "(its response was lost); it is managed from here",
+                    "Warning",
+                    Reason.RECREATING_DELETED_RUNNER,
+                    f"runner {res.spec.runner_id} was deleted outside Kubernetes; creating it again",
                 )
             )
-            status = _status(
-                res,
-                ctx,
-                observed,
-                ready=_not_ready(Reason.CREATING, "the create landed; applying the spec"),
-                synced=_synced(),
-                extra=extra,
+    status = _status(
+        res,
+        ctx,
+        None,
+        ready=_not_ready(Reason.CREATING, "preparing to create the runner"),
+        synced=_synced(),
+        extra=extra,
+    )
+    return Outcome(status, tuple(events))
+
+
+def _created(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.Create,
+    answer: CloudRunner | None,
+) -> Outcome:
+    events: list[Event] = []
+    extra = StatusPatch()
+    created = answer
+    extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=False)
+    if res.deleting:
+        # The replay proved the runner is ours; the next pass deletes it.
+        status = _status(res, ctx, created, ready=None, synced=_synced(), extra=extra)
+        status = _add_deletion_progress(status, res, ctx)
+        return Outcome(status, (), calls=("create",))
+    if res.status.get("replacement"):
+        extra |= StatusPatch(replacement=None)
+        old_id = res.status["replacement"].get("fromRunnerId")
+        events.append(
+            Event("Normal", Reason.REPLACED, f"runner {old_id} was replaced by {res.spec.runner_id}")
+        )
+    else:
+        events.append(Event("Normal", Reason.CREATED, f"created runner {res.spec.runner_id}"))
+    return _observed(res, facts, ctx, created, events, extra, calls=("create",))
+
+
+def _bound(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.Bind,
+) -> Outcome:
+    observed = facts.observed
+    events: list[Event] = []
+    extra = StatusPatch()
+    extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=False)
+    events.append(
+        Event(
+            "Normal",
+            Reason.CREATE_CONFIRMED,
+            f"runner {res.spec.runner_id} was created by this resource's request {facts.request_id} "
+            "(its response was lost); it is managed from here",
+        )
+    )
+    status = _status(
+        res,
+        ctx,
+        observed,
+        ready=_not_ready(Reason.CREATING, "the create landed; applying the spec"),
+        synced=_synced(),
+        extra=extra,
+    )
+    if res.deleting:
+        status = _add_deletion_progress(status, res, ctx)
+    return Outcome(status, tuple(events))
+
+
+def _adopted(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.Adopt,
+) -> Outcome:
+    observed = facts.observed
+    events: list[Event] = []
+    extra = StatusPatch()
+    extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=True)
+    events.append(Event("Normal", Reason.ADOPTED, f"adopted existing runner {res.spec.runner_id}"))
+    status = _status(
+        res,
+        ctx,
+        observed,
+        ready=_not_ready(Reason.ADOPTING, "adopted; applying the spec"),
+        synced=_synced(),
+        extra=extra,
+    )
+    return Outcome(status, tuple(events))
+
+
+def _updated(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.Update,
+    answer: CloudRunner | None,
+) -> Outcome:
+    change = action.change
+    events: list[Event] = []
+    extra = StatusPatch()
+    updated = answer
+    drift = res.status.get("observedGeneration") == res.generation
+    mask = ",".join(change.mask)
+    if drift:
+        events.append(
+            Event(
+                "Warning",
+                Reason.DRIFT_CORRECTED,
+                f"the runner was changed outside Kubernetes; restored {mask}",
             )
-            if res.deleting:
-                status = _add_deletion_progress(status, res, ctx)
-            return Outcome(status, tuple(events))
-        case planning.Adopt():
-            extra |= StatusPatch(runner_id=res.spec.runner_id, adopted=True)
-            events.append(Event("Normal", Reason.ADOPTED, f"adopted existing runner {res.spec.runner_id}"))
-            status = _status(
-                res,
-                ctx,
-                observed,
-                ready=_not_ready(Reason.ADOPTING, "adopted; applying the spec"),
-                synced=_synced(),
-                extra=extra,
-            )
-            return Outcome(status, tuple(events))
-        case planning.Update(change):
-            updated = answer
-            drift = res.status.get("observedGeneration") == res.generation
-            mask = ",".join(change.mask)
-            if drift:
-                events.append(
-                    Event(
-                        "Warning",
-                        Reason.DRIFT_CORRECTED,
-                        f"the runner was changed outside Kubernetes; restored {mask}",
-                    )
-                )
-            else:
-                events.append(Event("Normal", Reason.UPDATED, f"updated {mask}"))
-            return _observed(res, facts, ctx, updated, events, extra, calls=("update",))
-        case planning.Delete(runner_id, replacing=True):
-            replacement = _replacement(res) or Replacement(
-                from_runner_id=runner_id, started_time=_rfc3339(now)
-            )
-            extra |= StatusPatch(
-                replacement=replacement | Replacement(to_runner_id=res.spec.runner_id, phase="DeletingOld")
-            )
-            events.append(
-                Event(
-                    "Normal",
-                    Reason.REPLACEMENT_STARTED,
-                    f"replacing runner {runner_id} by {res.spec.runner_id}: decommissioning the old one",
-                )
-            )
-            status = _status(
-                res,
-                ctx,
-                None,
-                ready=_not_ready(Reason.REPLACING, f"decommissioning runner {runner_id}"),
-                synced=_synced(),
-                extra=extra,
-                keep_observation=True,
-            )
-            return Outcome(status, tuple(events), calls=("delete",))
-        case planning.ForgetOld(runner_id):
-            replacement = _replacement(res) or Replacement(from_runner_id=runner_id)
-            extra |= StatusPatch(
-                runner_id=None,
-                create_request_id=None,
-                recreations=recreations(res) + 1,
-                replacement=replacement | Replacement(phase="Creating"),
-            )
-            status = _status(
-                res,
-                ctx,
-                None,
-                ready=_not_ready(Reason.REPLACING, f"runner {runner_id} is gone"),
-                synced=_synced(),
-                extra=extra,
-                keep_observation=True,
-            )
-            return Outcome(status, tuple(events))
-        case planning.Delete(runner_id):
-            events.append(
-                Event("Normal", Reason.DELETION_REQUESTED, f"requested deletion of runner {runner_id}")
-            )
-            status = _status(
-                res,
-                ctx,
-                observed,
-                ready=_not_ready(Reason.DELETING, "decommissioning the runner"),
-                synced=_synced(),
-            )
-            status = _add_deletion_progress(status, res, ctx)
-            return Outcome(status, tuple(events), calls=("delete",))
-        case planning.Release(orphaned):
-            return released(res, ctx, orphaned=orphaned)
-        case planning.Wait(reason, message):
-            if res.deleting:
-                status = _status(res, ctx, observed, ready=_not_ready(reason, message), synced=_synced())
-                status = _add_deletion_progress(status, res, ctx)
-                stalled_now = bool(status.deletion and status.deletion.stalled)
-                if stalled_now and not (res.status.get("deletion") or {}).get("stalled"):
-                    stalled = status.condition(conditions.STALLED)
-                    events.append(Event("Warning", Reason.DELETION_STALLED, str(stalled and stalled.message)))
-                return Outcome(status, tuple(events))
-            if reason == "Replacing":
-                # The old runner's decommission: neither the new runner (absent) nor the old one (DELETING,
-                # read as an out-of-band deletion) says what is going on; the wait itself does.
-                status = _status(
-                    res,
-                    ctx,
-                    None,
-                    ready=_not_ready(reason, message),
-                    synced=_synced(),
-                    extra=extra,
-                    keep_observation=True,
-                )
-                return Outcome(status, tuple(events))
-            return _observed(res, facts, ctx, observed, events, extra)
-        case planning.Idle():
-            if facts.paused:
-                extra |= StatusPatch(plan=_would(dataclasses.replace(facts, paused=False)))
-            return _observed(res, facts, ctx, observed, events, extra)
-        case planning.Conflict(reason, message):
-            # Never mirror a runner this resource does not own (or that a new credential found instead).
-            mirrored = observed if facts.bound and reason != "RunnerNotVisible" else None
-            if action.forget_request:
-                # Provably not ours: later passes adopt or report, no replay.
-                extra |= StatusPatch(create_request_id=None)
-            status = _status(
-                res,
-                ctx,
-                mirrored,
-                ready=None if mirrored is not None else _not_ready(reason, message),
-                synced=conditions.Condition(conditions.SYNCED, "False", reason, message),
-                stalled=True,
-                extra=extra if mirrored is not None else extra | StatusPatch(phase="Conflict"),
-                keep_observation=facts.bound,
-            )
-            if res.deleting:
-                status = _add_deletion_progress(status, res, ctx)
-            previous = conditions.find(res.status.get("conditions"), conditions.SYNCED)
-            if previous is None or previous.get("reason") != reason:
-                events.append(Event("Warning", reason, message))
-            return Outcome(status, tuple(events), terminal=True)
-    raise AssertionError(f"unhandled action {action!r}")
+        )
+    else:
+        events.append(Event("Normal", Reason.UPDATED, f"updated {mask}"))
+    return _observed(res, facts, ctx, updated, events, extra, calls=("update",))
+
+
+def _replacing(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.Delete,
+) -> Outcome:
+    runner_id = action.runner_id
+    now = ctx.now
+    events: list[Event] = []
+    extra = StatusPatch()
+    replacement = _replacement(res) or Replacement(from_runner_id=runner_id, started_time=_rfc3339(now))
+    extra |= StatusPatch(
+        replacement=replacement | Replacement(to_runner_id=res.spec.runner_id, phase="DeletingOld")
+    )
+    events.append(
+        Event(
+            "Normal",
+            Reason.REPLACEMENT_STARTED,
+            f"replacing runner {runner_id} by {res.spec.runner_id}: decommissioning the old one",
+        )
+    )
+    status = _status(
+        res,
+        ctx,
+        None,
+        ready=_not_ready(Reason.REPLACING, f"decommissioning runner {runner_id}"),
+        synced=_synced(),
+        extra=extra,
+        keep_observation=True,
+    )
+    return Outcome(status, tuple(events), calls=("delete",))
+
+
+def _forgot(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.ForgetOld,
+) -> Outcome:
+    runner_id = action.runner_id
+    events: list[Event] = []
+    extra = StatusPatch()
+    replacement = _replacement(res) or Replacement(from_runner_id=runner_id)
+    extra |= StatusPatch(
+        runner_id=None,
+        create_request_id=None,
+        recreations=recreations(res) + 1,
+        replacement=replacement | Replacement(phase="Creating"),
+    )
+    status = _status(
+        res,
+        ctx,
+        None,
+        ready=_not_ready(Reason.REPLACING, f"runner {runner_id} is gone"),
+        synced=_synced(),
+        extra=extra,
+        keep_observation=True,
+    )
+    return Outcome(status, tuple(events))
+
+
+def _deleting(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.Delete,
+) -> Outcome:
+    runner_id = action.runner_id
+    observed = facts.observed
+    events: list[Event] = []
+    events.append(Event("Normal", Reason.DELETION_REQUESTED, f"requested deletion of runner {runner_id}"))
+    status = _status(
+        res,
+        ctx,
+        observed,
+        ready=_not_ready(Reason.DELETING, "decommissioning the runner"),
+        synced=_synced(),
+    )
+    status = _add_deletion_progress(status, res, ctx)
+    return Outcome(status, tuple(events), calls=("delete",))
+
+
+def _waiting(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.Wait,
+) -> Outcome:
+    reason, message = action.reason, action.message
+    observed = facts.observed
+    events: list[Event] = []
+    extra = StatusPatch()
+    if res.deleting:
+        status = _status(res, ctx, observed, ready=_not_ready(reason, message), synced=_synced())
+        status = _add_deletion_progress(status, res, ctx)
+        stalled_now = bool(status.deletion and status.deletion.stalled)
+        if stalled_now and not (res.status.get("deletion") or {}).get("stalled"):
+            stalled = status.condition(conditions.STALLED)
+            events.append(Event("Warning", Reason.DELETION_STALLED, str(stalled and stalled.message)))
+        return Outcome(status, tuple(events))
+    if reason == "Replacing":
+        # The old runner's decommission: neither the new runner (absent) nor the old one (DELETING,
+        # read as an out-of-band deletion) says what is going on; the wait itself does.
+        status = _status(
+            res,
+            ctx,
+            None,
+            ready=_not_ready(reason, message),
+            synced=_synced(),
+            extra=extra,
+            keep_observation=True,
+        )
+        return Outcome(status, tuple(events))
+    return _observed(res, facts, ctx, observed, events, extra)
+
+
+def _idle(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.Idle,
+) -> Outcome:
+    observed = facts.observed
+    events: list[Event] = []
+    extra = StatusPatch()
+    if facts.paused:
+        extra |= StatusPatch(plan=_would(dataclasses.replace(facts, paused=False)))
+    return _observed(res, facts, ctx, observed, events, extra)
+
+
+def _conflict(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.Conflict,
+) -> Outcome:
+    reason, message = action.reason, action.message
+    observed = facts.observed
+    events: list[Event] = []
+    extra = StatusPatch()
+    # Never mirror a runner this resource does not own (or that a new credential found instead).
+    mirrored = observed if facts.bound and reason != "RunnerNotVisible" else None
+    if action.forget_request:
+        # Provably not ours: later passes adopt or report, no replay.
+        extra |= StatusPatch(create_request_id=None)
+    status = _status(
+        res,
+        ctx,
+        mirrored,
+        ready=None if mirrored is not None else _not_ready(reason, message),
+        synced=conditions.Condition(conditions.SYNCED, "False", reason, message),
+        stalled=True,
+        extra=extra if mirrored is not None else extra | StatusPatch(phase="Conflict"),
+        keep_observation=facts.bound,
+    )
+    if res.deleting:
+        status = _add_deletion_progress(status, res, ctx)
+    previous = conditions.find(res.status.get("conditions"), conditions.SYNCED)
+    if previous is None or previous.get("reason") != reason:
+        events.append(Event("Warning", reason, message))
+    return Outcome(status, tuple(events), terminal=True)
 
 
 def cluster_taken(res: resource.ManagedRunnerResource, holder: str | None, code: str) -> planning.Conflict:

@@ -349,12 +349,7 @@ class Decoder:
     def value(self, spec: Field, value: Any, path: str) -> Any:
         match spec.kind:
             case "str":
-                if not isinstance(value, str):
-                    self.fail(path, "expected a string")
-                    return _ABSENT
-                if spec.choices and value and value not in spec.choices:
-                    self.fail(path, f"must be one of {', '.join(spec.choices)}")
-                return value or _ABSENT
+                return self._string(spec, value, path)
             case "bool":
                 if not isinstance(value, bool):
                     self.fail(path, "expected a boolean")
@@ -370,33 +365,12 @@ class Decoder:
                 name = self._enum(spec.enum, value, path)
                 return _ABSENT if name is None or name == spec.enum.unspecified else name
             case "time":
-                if not isinstance(value, str):
-                    self.fail(path, "expected an RFC 3339 timestamp string")
-                    return _ABSENT
-                stamp = parse_time(value)
-                if stamp is None:
-                    self.fail(path, f"invalid RFC 3339 timestamp {value!r}")
-                    return _ABSENT
-                return format_time(stamp)
+                return self._time(value, path)
             case "msg":
                 assert spec.message is not None
                 return self.message(spec.message, value, path)
             case "list":
-                assert spec.item is not None
-                if not isinstance(value, list):
-                    self.fail(path, "expected a JSON array")
-                    return _ABSENT
-                items = []
-                for i, item in enumerate(value):
-                    decoded = self.value(spec.item, item, f"{path}[{i}]")
-                    if item is None:
-                        self.fail(f"{path}[{i}]", "null list element")
-                    elif decoded is _ABSENT:
-                        # Default-valued scalars are still list members.
-                        items.append(_zero(spec.item))
-                    else:
-                        items.append(decoded)
-                return items or _ABSENT
+                return self._list(spec, value, path)
             case "map":
                 if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                     self.fail(path, "expected an object of string values")
@@ -408,6 +382,41 @@ class Decoder:
                     return _ABSENT
                 return value
         raise AssertionError(spec.kind)  # pragma: no cover
+
+    def _string(self, spec: Field, value: Any, path: str) -> Any:
+        if not isinstance(value, str):
+            self.fail(path, "expected a string")
+            return _ABSENT
+        if spec.choices and value and value not in spec.choices:
+            self.fail(path, f"must be one of {', '.join(spec.choices)}")
+        return value or _ABSENT
+
+    def _time(self, value: Any, path: str) -> Any:
+        if not isinstance(value, str):
+            self.fail(path, "expected an RFC 3339 timestamp string")
+            return _ABSENT
+        stamp = parse_time(value)
+        if stamp is None:
+            self.fail(path, f"invalid RFC 3339 timestamp {value!r}")
+            return _ABSENT
+        return format_time(stamp)
+
+    def _list(self, spec: Field, value: Any, path: str) -> Any:
+        assert spec.item is not None
+        if not isinstance(value, list):
+            self.fail(path, "expected a JSON array")
+            return _ABSENT
+        items = []
+        for i, item in enumerate(value):
+            decoded = self.value(spec.item, item, f"{path}[{i}]")
+            if item is None:
+                self.fail(f"{path}[{i}]", "null list element")
+            elif decoded is _ABSENT:
+                # Default-valued scalars are still list members.
+                items.append(_zero(spec.item))
+            else:
+                items.append(decoded)
+        return items or _ABSENT
 
     def _integer(self, value: Any, path: str, limit: int) -> int | None:
         number: int | None = None
