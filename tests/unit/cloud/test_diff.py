@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from pydantic.alias_generators import to_camel
 
+from runner_operator.cloud import diff
 from runner_operator.cloud.diff import compute_update, immutable_differences, parse_quantity
-from runner_operator.cloud.models import CloudRunner, RunnerSpec, to_wire
+from runner_operator.cloud.models import CloudRunner, RunnerSpec, parse_runner, to_wire
+from tests.unit.cloud.fakes import runner_json
 
 DELETE = object()
 """In a patch: remove this key."""
@@ -382,3 +384,16 @@ def test_immutable_differences(desired: dict[str, Any], expected: tuple[str, ...
 )
 def test_parse_quantity(text: str, value: Fraction | None) -> None:
     assert parse_quantity(text) == value
+
+
+def test_the_semantic_form_memo_is_by_identity_and_bounded() -> None:
+    first = parse_runner(runner_json("a", policy={"base": {"x": 1}}))
+    equal = parse_runner(runner_json("a", policy={"base": {"x": 1}}))
+    form = diff.semantic_form(first)
+    assert diff.semantic_form(first) is form  # the same model: remembered
+    assert diff.semantic_form(equal) == form  # an equal model: computed, same value
+    assert diff.semantic_form(equal) is not form
+    for i in range(diff._FORMS_KEPT + 10):
+        diff.semantic_form(parse_runner(runner_json(f"r{i}")))
+    assert len(diff._FORMS) <= diff._FORMS_KEPT
+    assert diff.semantic_form(first) == form  # evicted, then computed again
