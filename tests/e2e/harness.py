@@ -128,18 +128,25 @@ class OperatorProcess:
         args = [sys.executable, "-m", "runner_operator.cli", "run"]
         for ns in self.namespaces:
             args += ["-n", ns]
+        self.launch(args, env, cwd=ROOT)
+        return self
+
+    def launch(self, args: list[str], env: Mapping[str, str], *, cwd: Path) -> None:
+        """Start the process in its own session (so kill/stop reach its children), logging to log_path."""
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             args,
-            env=env,
+            env=dict(env),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            cwd=ROOT,
+            cwd=cwd,
         )
         log.close()
-        return self
+
+    def exited(self) -> int | None:
+        return self.proc.poll() if self.proc else None
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no finalizer handling, exactly like a node failure."""

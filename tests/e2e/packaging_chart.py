@@ -11,14 +11,12 @@ import copy
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.e2e.harness import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "managed-runner-operator"
@@ -224,12 +224,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class DeployedOperator:
+class DeployedOperator(OperatorProcess):
     """`runner-operator run` with exactly the chart Deployment's args and env, as its ServiceAccount.
 
     Outside a pod there is no in-cluster config, so the ServiceAccount's token comes in a kubeconfig;
     Secret-backed env values are not supported (the chart uses none). The liveness and metrics
-    endpoints move to free ports so operators can run side by side.
+    endpoints move to free ports so operators can run side by side. Process handling (stop, kill,
+    logs) is the e2e toolkit's one launcher, `OperatorProcess`.
     """
 
     def __init__(
@@ -240,6 +241,7 @@ class DeployedOperator:
         *,
         entry: Sequence[str] | None = None,
     ) -> None:
+        super().__init__(kubeconfig, [], "", log_dir)
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         self.health_port = free_port()
         self.args = [self._local(arg) for arg in container.get("args", [])]
@@ -249,10 +251,7 @@ class DeployedOperator:
             self.metrics_port = free_port()
             self.env["RUNNER_OPERATOR_METRICS_PORT"] = str(self.metrics_port)
         self.probe_path = container["livenessProbe"]["httpGet"]["path"]
-        self.kubeconfig = kubeconfig
         self.entry = list(entry or [sys.executable, "-m", "runner_operator.cli", "run"])
-        self.log_path = log_dir / f"operator-{uuid.uuid4().hex[:6]}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def _local(self, arg: str) -> str:
         prefix = "--liveness=http://0.0.0.0:"
@@ -271,33 +270,8 @@ class DeployedOperator:
         env["KUBECONFIG"] = str(self.kubeconfig)
         if self.entry[0] == sys.executable:
             env["PYTHONPATH"] = str(ROOT / "operator")
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [*self.entry, *self.args],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=self.log_path.parent,
-        )
-        log.close()
+        self.launch([*self.entry, *self.args], env, cwd=self.log_path.parent)
         return self
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def exited(self) -> int | None:
-        return self.proc.poll() if self.proc else None
 
     def probe(self) -> int | None:
         """HTTP status of the liveness endpoint, or None when nothing answers."""
