@@ -74,8 +74,10 @@ async def test_an_unchanged_observation_keeps_its_stamp_until_it_is_due(cloud: C
         "same observation: every field equals what is stored, so nothing is written"
     )
 
+    still = await obj.pass_at(cloud, outcomes.STAMP_REFRESH.total_seconds())  # one second short of due
+    assert still["lastObservedTime"] == "2026-12-02T12:00:01Z"
     refreshed = await obj.pass_at(cloud, 1 + outcomes.STAMP_REFRESH.total_seconds())
-    assert refreshed["lastObservedTime"] == "2026-12-02T12:00:31Z"
+    assert refreshed["lastObservedTime"] == "2026-12-02T12:15:01Z"
     assert all(created.get(k) == v for k, v in refreshed.items() if k != "lastObservedTime")
 
 
