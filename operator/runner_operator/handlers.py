@@ -303,46 +303,8 @@ async def look_again(
     if lock is not None and lock.locked():
         return
     outcome = await _pass(body, patch, memo, runner_claims, credential_users, _freshness(body))
-    await write_status_here(body, patch)
     if outcome is not None and outcome.retry_after:
         raise kopf.TemporaryError(_message(outcome), delay=outcome.retry_after)
-
-
-async def write_status_here(body: kopf.Body, patch: kopf.Patch) -> None:
-    """Write a timer's status patch ourselves, leaving kopf's patch empty.
-
-    When kopf's own patch after a timer fails (its retries spent: an API server outage, a status the
-    schema refuses), kopf stops that object's timer for the life of the process: it would never be
-    looked at again. A failure here is the handler's: kopf retries it and the timer lives on.
-    """
-    status = patch.pop("status", None)
-    if not status:
-        return
-    meta = body.get("metadata", {})
-    try:
-        await asyncio.to_thread(patch_status, str(meta.get("namespace")), str(meta.get("name")), dict(status))
-    except Exception as exc:
-        if getattr(exc, "status", None) == 404:
-            return  # deleted meanwhile: nothing to report to
-        raise kopf.TemporaryError(
-            f"status write failed ({type(exc).__name__} {getattr(exc, 'status', '')}); retrying",
-            delay=INTERVALS.fast,
-        ) from None
-
-
-def patch_status(namespace: str, name: str, status: dict[str, Any]) -> None:
-    """A JSON merge patch of the status subresource (null deletes a key, as in kopf's patches)."""
-    from kubernetes import client
-
-    client.CustomObjectsApi().patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
-        namespace,
-        PLURAL,
-        name,
-        {"status": status},
-        _content_type="application/merge-patch+json",
-    )
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
