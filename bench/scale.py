@@ -96,7 +96,7 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     args.load_at_start = os.getloadavg()[0]
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # run the finally blocks: no leftovers
+    signal.signal(signal.SIGTERM, _terminated)  # run the finally blocks: no leftovers
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     cluster = LocalCluster(work / "cluster").start()
     runs = []
@@ -112,6 +112,8 @@ def main() -> int:
         for n, root, label in variants:
             runs.append(bench_size(n, args, cluster, work, root, label))
             print(label, json.dumps(runs[-1].figures, indent=1), flush=True)
+            if args.out:  # the sizes done so far survive an interrupted run
+                args.out.write_text(render(runs, args))
     finally:
         cluster.stop()
         if args.baseline:
@@ -121,6 +123,11 @@ def main() -> int:
     if args.out:
         args.out.write_text(report)
     return 0
+
+
+def _terminated(*_: object) -> None:
+    print("bench: SIGTERM received, stopping", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 
 def checkout(revision: str, where: Path) -> Path:
