@@ -5,12 +5,20 @@
 For each N, in one run: apply-to-Ready time and its ratio to the lower bound set by the simulated
 install time and the API request budget; apply-to-create-call latency (p50/p99); API calls per
 runner while creating and per runner-hour at steady state; operator RSS and CPU; a restart with
-N Ready runners (write calls, peak request rate); behaviour under a server-side quota (429s).
+N Ready runners (write calls, peak request rate); behaviour under a server-side quota (429s);
+then all N deleted at once (time to all gone, API calls and Kubernetes writes per runner).
+
+Every runner is shaped like examples/managedrunner.yaml (--spec example, the Secrets it names are
+created in the namespace) or is the smallest valid spec (--spec minimal); only the identity differs.
+Readiness and writes are seen through one watch per namespace, not by listing (a list of 3,000
+example-sized objects every second would load the shared 2 cores more than the operator does).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import copy
 import json
 import os
 import signal
@@ -18,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -26,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from kubernetes import client, config
+import yaml
+from kubernetes import client, config, watch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
@@ -38,6 +48,7 @@ from tests.testenv.localcluster import LocalCluster, free_port  # noqa: E402
 
 TOKEN = "CW-SECRET-bench-admin"
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
+EXAMPLE = ROOT / "examples" / "managedrunner.yaml"
 
 
 @dataclass
@@ -52,7 +63,19 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="100,1000")
+    parser.add_argument(
+        "--spec",
+        choices=("example", "minimal"),
+        default="example",
+        help="runner spec shape: examples/managedrunner.yaml, or the smallest valid spec",
+    )
     parser.add_argument("--install-seconds", type=float, default=20.0, help="simulated PENDING+PROVISIONING")
+    parser.add_argument(
+        "--delete-seconds",
+        type=float,
+        default=30.0,
+        help="simulated DELETING -> gone (a decommission uninstalls what the install put there)",
+    )
     parser.add_argument("--latency", type=float, default=0.05, help="simulated API latency per call")
     parser.add_argument("--api-rps", type=float, default=10.0, help="request budget (operator and API quota)")
     parser.add_argument("--steady-window", type=float, default=120.0)
@@ -72,7 +95,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # run the finally blocks: no leftovers
+    args.load_at_start = os.getloadavg()[0]
+    signal.signal(signal.SIGTERM, _terminated)  # run the finally blocks: no leftovers
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     cluster = LocalCluster(work / "cluster").start()
     runs = []
@@ -88,6 +112,8 @@ def main() -> int:
         for n, root, label in variants:
             runs.append(bench_size(n, args, cluster, work, root, label))
             print(label, json.dumps(runs[-1].figures, indent=1), flush=True)
+            if args.out:  # the sizes done so far survive an interrupted run
+                args.out.write_text(render(runs, args))
     finally:
         cluster.stop()
         if args.baseline:
@@ -97,6 +123,11 @@ def main() -> int:
     if args.out:
         args.out.write_text(report)
     return 0
+
+
+def _terminated(*_: object) -> None:
+    print("bench: SIGTERM received, stopping", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 
 def checkout(revision: str, where: Path) -> Path:
@@ -142,6 +173,8 @@ def start_simulator(args: argparse.Namespace, work: Path, quota: bool) -> tuple[
         str(half),
         "--provision-seconds",
         str(half),
+        "--delete-seconds",
+        str(args.delete_seconds),
         "--latency",
         str(args.latency),
         "--heartbeat-seconds",
@@ -249,14 +282,167 @@ def peak_rss(pid: int) -> float:
     return _status_mb(pid, "VmHWM")
 
 
-def ready_count(custom: client.CustomObjectsApi, ns: str) -> tuple[int, dict[str, float]]:
-    items = json_object(custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL))["items"]
-    ready: dict[str, float] = {}
-    for item in items:
-        for cond in item.get("status", {}).get("conditions", []):
-            if cond["type"] == "Ready" and cond["status"] == "True":
-                ready[item["metadata"]["name"]] = time.time()
-    return len(ready), ready
+def runner_body(shape: str, ns: str, i: int) -> dict[str, Any]:
+    """ManagedRunner number `i`: the example's spec (or the minimal one) with its own identity."""
+    identity = {"runnerId": f"{ns}-{i:05d}", "clusterId": str(uuid.uuid4())}
+    if shape == "example":
+        spec = {**copy.deepcopy(_example()["spec"]), **identity}
+    else:
+        spec = {
+            **identity,
+            "zone": "us-east-04a",
+            "policy": {"constraints": {"lifecycle": {"defaultLifetimeSeconds": 3600}}},
+        }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ManagedRunner",
+        "metadata": {"name": f"r{i:05d}"},
+        "spec": spec,
+    }
+
+
+def _example() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    return loaded
+
+
+def create_secrets(core: client.CoreV1Api, ns: str, shape: str) -> None:
+    """The Secrets the example names: the API token (the simulator's admin token) and env values."""
+    if shape != "example":
+        return
+    spec = _example()["spec"]
+    secrets: dict[str, dict[str, str]] = {}
+    ref = spec["credentials"]["secretRef"]
+    secrets.setdefault(ref["name"], {})[ref.get("key", "token")] = TOKEN
+    for var in spec.get("overrides", {}).get("env", []):
+        if key_ref := var.get("valueFrom", {}).get("secretKeyRef"):
+            secrets.setdefault(key_ref["name"], {})[key_ref["key"]] = f"bench-{key_ref['key']}"
+    for name, data in secrets.items():
+        encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+        secret = client.V1Secret(metadata=client.V1ObjectMeta(name=name), data=encoded)
+        core.create_namespaced_secret(ns, secret)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Counts of a RunnerWatch at one moment; phases are differences of two tallies."""
+
+    events: Counter[str]
+    changes: Counter[str]
+    gone: int
+
+
+class RunnerWatch(threading.Thread):
+    """The ManagedRunner events of one namespace, tallied as they arrive, on a thread of its own.
+
+    A MODIFIED event is one write to one object; each is classified by the parts it changed
+    (spec, status, status.kopf or annotations = kopf's progress, finalizers, deletionTimestamp = the
+    delete call). Removing the last finalizer of a deleted object is seen as its DELETED event.
+    """
+
+    def __init__(self, kubeconfig: Path, ns: str) -> None:
+        super().__init__(daemon=True)
+        self.api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
+        self.ns = ns
+        self.lock = threading.Lock()
+        self.ready_at: dict[str, float] = {}
+        self.gone: set[str] = set()
+        self.events: Counter[str] = Counter()
+        self.changes: Counter[str] = Counter()
+        self.restarts = 0  # watch reconnections (expired or dropped); events are never double-counted
+        self._parts: dict[str, dict[str, int]] = {}
+        self._stopping = threading.Event()
+        self._watch = watch.Watch()
+        self._resource_version = self._relist()
+
+    def tally(self) -> Tally:
+        with self.lock:
+            return Tally(Counter(self.events), Counter(self.changes), len(self.gone))
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._watch.stop()
+        self.join(timeout=45)
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                for event in self._watch.stream(
+                    self.api.list_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.ns,
+                    PLURAL,
+                    resource_version=self._resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=30,
+                ):
+                    self._note(event)
+            except client.ApiException as exc:
+                self.restarts += 1
+                if exc.status == 410:
+                    self._resource_version = self._relist()
+            except Exception:  # a dropped connection: resume from the last version seen
+                self.restarts += 1
+                time.sleep(1)
+
+    def _relist(self) -> str:
+        """Start (again) from a list: objects missing from it were deleted while no watch ran."""
+        listed = json_object(self.api.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL))
+        items = {item["metadata"]["name"]: item for item in listed["items"]}
+        with self.lock:
+            for name in set(self._parts) - set(items):
+                self.gone.add(name)
+                self._parts.pop(name)
+            for name, item in items.items():
+                self._parts[name] = _parts(item)
+                if name not in self.ready_at and _is_ready(item):
+                    self.ready_at[name] = time.time()
+        version: str = listed["metadata"]["resourceVersion"]
+        return version
+
+    def _note(self, event: dict[str, Any]) -> None:
+        kind, obj = event["type"], json_object(event["object"])
+        if kind == "ERROR":
+            raise client.ApiException(status=obj.get("code"), reason=obj.get("message"))
+        meta = obj["metadata"]
+        self._resource_version = meta.get("resourceVersion", self._resource_version)
+        if kind == "BOOKMARK":
+            return
+        name, now = meta["name"], time.time()
+        with self.lock:
+            self.events[kind] += 1
+            if kind == "DELETED":
+                self.gone.add(name)
+                self._parts.pop(name, None)
+                return
+            parts, before = _parts(obj), self._parts.get(name)
+            self._parts[name] = parts
+            if kind == "MODIFIED" and before is not None:
+                self.changes["+".join(p for p in parts if parts[p] != before[p]) or "nothing"] += 1
+            if name not in self.ready_at and _is_ready(obj):
+                self.ready_at[name] = now
+
+
+def _parts(obj: dict[str, Any]) -> dict[str, int]:
+    """A fingerprint of each part of an object a write may change."""
+    meta, status = obj["metadata"], dict(obj.get("status") or {})
+    parts = {
+        "deletionTimestamp": meta.get("deletionTimestamp"),
+        "finalizers": meta.get("finalizers"),
+        "annotations": meta.get("annotations"),
+        "spec": obj.get("spec"),
+        "status.kopf": status.pop("kopf", None),
+        "status": status,
+    }
+    return {k: hash(json.dumps(v, sort_keys=True)) for k, v in parts.items()}
+
+
+def _is_ready(obj: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in obj.get("status", {}).get("conditions", [])
+    )
 
 
 def bench_size(
@@ -266,39 +452,29 @@ def bench_size(
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     ns = f"bench-{n}-{uuid.uuid4().hex[:4]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    create_secrets(core, ns, args.spec)
     sim, url = start_simulator(args, work, quota=True)
     op = start_operator(cluster, ns, url, args, work, root)
+    watcher = RunnerWatch(cluster.kubeconfig, ns)
+    watcher.start()
     try:
         time.sleep(3)  # operator start-up, not part of the measurement
         applied: dict[str, tuple[float, dict[str, Any]]] = {}
         t0 = time.time()
         for i in range(n):
-            name = f"r{i:05d}"
-            body = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "ManagedRunner",
-                "metadata": {"name": name},
-                "spec": {
-                    "runnerId": f"{ns}-{i:05d}",
-                    "clusterId": str(uuid.uuid4()),
-                    "zone": "us-east-04a",
-                    "policy": {"constraints": {"lifecycle": {"defaultLifetimeSeconds": 3600}}},
-                },
-            }
+            body = runner_body(args.spec, ns, i)
             created = _create(custom, ns, body)
-            applied[name] = (time.time(), created)
+            applied[body["metadata"]["name"]] = (time.time(), created)
         t_applied = time.time()
-        first_ready: dict[str, float] = {}
         probed = time.time()
-        while len(first_ready) < n and time.time() - t0 < 60 * 30:
+        while len(watcher.ready_at) < n and time.time() - t0 < 60 * 30:
             if args.memprobe and time.time() - probed >= 30:
                 op.send_signal(signal.SIGUSR1)
                 probed = time.time()
-            _, ready = ready_count(custom, ns)
-            for name, at in ready.items():
-                first_ready.setdefault(name, at)
             time.sleep(1.0)
         t_ready = time.time()
+        with watcher.lock:
+            first_ready = dict(watcher.ready_at)
         rss, cpu = proc_usage(op.pid)
         if args.memprobe:
             op.send_signal(signal.SIGUSR1)
@@ -399,10 +575,66 @@ def bench_size(
                 "operator_rss_mb_peak_after_restart": round(peak_rss(op.pid), 1),
             }
         )
+        run.figures.update(decommission(n, args, custom, ns, url, op, watcher))
     finally:
+        watcher.stop()
         for proc in (op, sim):
             stop(proc)
     return run
+
+
+def decommission(
+    n: int,
+    args: argparse.Namespace,
+    custom: client.CustomObjectsApi,
+    ns: str,
+    url: str,
+    op: subprocess.Popen[bytes],
+    watcher: RunnerWatch,
+) -> dict[str, Any]:
+    """Delete all N ManagedRunners at once (deletionPolicy Delete) and measure until every one is gone."""
+    httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
+    before = watcher.tally()
+    cpu_before = proc_usage(op.pid)[1]
+    t_delete = time.time()
+    # One DeleteCollection: the API server marks every object deleted, as a namespace teardown does.
+    custom.delete_collection_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _request_timeout=900)
+    t_marked = time.time()
+    timeline: dict[int, int] = {}
+    while watcher.tally().gone < n and time.time() - t_delete < 60 * 40:
+        gone = watcher.tally().gone
+        timeline.setdefault(int(time.time() - t_delete) // 60 * 60, gone)
+        time.sleep(1.0)
+    t_gone = time.time()
+    after = watcher.tally()
+    log = requests(url)
+    rss, cpu = proc_usage(op.pid)
+    modified = after.events["MODIFIED"] - before.events["MODIFIED"]
+    changes = after.changes - before.changes
+    # The delete call itself is the write that sets deletionTimestamp; the rest are the operator's.
+    requested = sum(v for k, v in changes.items() if "deletionTimestamp" in k)
+    # Each runner needs one DELETE within the request budget; the last one then decommissions.
+    lower = n / args.api_rps + args.delete_seconds
+    return {
+        "decommission_delete_call_seconds": round(t_marked - t_delete, 1),
+        "decommission_seconds_until_all_gone": round(t_gone - t_delete, 1),
+        "decommission_gone": after.gone - before.gone,
+        "decommission_lower_bound_seconds": lower,
+        "decommission_ratio_to_lower_bound": round((t_gone - t_delete) / lower, 2),
+        "decommission_gone_by_second": {str(k): v for k, v in sorted(timeline.items())},
+        "decommission_calls": len(log),
+        "decommission_calls_per_runner": round(len(log) / n, 2),
+        "decommission_calls_by_endpoint": dict(Counter(e["endpoint"] for e in log)),
+        "decommission_http_429": sum(1 for e in log if e["status"] == 429),
+        "decommission_k8s_modified_per_runner": round(modified / n, 2),
+        "decommission_k8s_modified_per_runner_by_operator": round((modified - requested) / n, 2),
+        "decommission_k8s_modified_by_change": dict(changes.most_common()),
+        "decommission_k8s_deleted_events": after.events["DELETED"] - before.events["DELETED"],
+        "decommission_watch_restarts": watcher.restarts,
+        "operator_cpu_seconds_decommission": round(cpu - cpu_before, 1),
+        "operator_rss_mb_after_decommission": round(rss, 1),
+        "operator_rss_mb_peak_restart_and_decommission": round(peak_rss(op.pid), 1),
+    }
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -439,12 +671,21 @@ def _query(entry: dict[str, Any]) -> dict[str, list[str]]:
     return parse_qs(entry.get("query", ""))
 
 
+def apiserver_version() -> str:
+    """The version the bench's kube-apiserver binary reports, e.g. v1.37.2."""
+    shown = subprocess.run(
+        [str(ROOT / "tests/testenv/bin/kube-apiserver"), "--version"], capture_output=True, text=True
+    )
+    return shown.stdout.split()[-1] if shown.returncode == 0 and shown.stdout else "unknown version"
+
+
 def render(runs: list[Run], args: argparse.Namespace) -> str:
     lines = [
         "# Scale benchmark results",
         "",
         "Command: `.venv/bin/python -m bench.scale --sizes "
-        f"{args.sizes} --install-seconds {args.install_seconds:g} "
+        f"{args.sizes} --spec {args.spec} --install-seconds {args.install_seconds:g} "
+        f"--delete-seconds {args.delete_seconds:g} "
         f"--latency {args.latency:g} --api-rps {args.api_rps:g} --steady-window {args.steady_window:g} "
         f"--resync {args.resync:g}"
         + (f" --baseline {args.baseline} --baseline-sizes {args.baseline_sizes}" if args.baseline else "")
@@ -452,7 +693,8 @@ def render(runs: list[Run], args: argparse.Namespace) -> str:
         "",
         f"Machine: {os.cpu_count()} cores, "
         f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB; real kube-apiserver "
-        "v1.37.2 + etcd, simulator and operator on the same machine (everything shares the 2 cores).",
+        f"{apiserver_version()} + etcd, simulator, operator and bench driver on the same machine (everything "
+        f"shares the {os.cpu_count()} cores; load average {args.load_at_start:.1f} when the run started).",
         "",
         "| figure | " + " | ".join(f"N = {r.n}, {r.label}" for r in runs) + " |",
         "| --- | " + " | ".join("---" for _ in runs) + " |",
