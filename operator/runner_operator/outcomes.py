@@ -623,18 +623,23 @@ def _status(
 
 
 STAMP_REFRESH = timedelta(minutes=15)
-"""How stale `lastObservedTime` may get while reads find nothing new (see `_keep_recent_stamp`).
+"""How stale the observation stamps may get while reads find nothing new (see `_keep_recent_stamp`).
 
-Every steady-state resync used to refresh it (it was 30 s): one status write, resourceVersion and watch
+Every steady-state resync used to refresh them (it was 30 s): one status write, resourceVersion and watch
 event per runner per resync for a read that found nothing, which at thousands of runners is most of
 the API server's and the operator's steady work. Field practice (Crossplane, Config Connector) is no
 write at all for an unchanged observation; a quarter of an hour keeps a visible heartbeat."""
 
+STAMPS = ("lastObservedTime", "lastHeartbeatTime")
+"""Status fields that move on every read of a healthy runner: the time of our read, and the cloud's
+last heartbeat from the runner (it advances every few seconds while the runner is connected). Alone,
+neither is a change worth a write; both are refreshed with any other change or once STAMP_REFRESH old."""
+
 
 def _keep_recent_stamp(status: StatusPatch, previous: Mapping[str, Any], now: datetime) -> StatusPatch:
-    """Keep the previous observation stamp while nothing else changed and it is recent.
+    """Keep the previous stamps while nothing else changed and the observation stamp is recent.
 
-    A new stamp on every poll would make every object a status write, a new resourceVersion and a
+    New stamps on every poll would make every object a status write, a new resourceVersion and a
     watch event each time; at thousands of objects that load lands on the API server and on every
     watcher. With this, an unchanged observation costs no write until the stamp is STAMP_REFRESH old.
     """
@@ -646,12 +651,13 @@ def _keep_recent_stamp(status: StatusPatch, previous: Mapping[str, Any], now: da
     except ValueError:
         return status
     patch = status.to_patch()
-    del patch["lastObservedTime"]
-    if timedelta(0) <= age < STAMP_REFRESH and all(
-        value == previous.get(key) for key, value in patch.items()
+    if not timedelta(0) <= age < STAMP_REFRESH or any(
+        value != previous.get(key) for key, value in patch.items() if key not in STAMPS
     ):
-        return status | StatusPatch(last_observed_time=before)
-    return status
+        return status
+    return status | StatusPatch(
+        last_observed_time=before, last_heartbeat_time=previous.get("lastHeartbeatTime")
+    )
 
 
 def _would(facts: planning.Facts) -> PlanPreview:

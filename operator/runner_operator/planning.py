@@ -53,6 +53,18 @@ class Facts:
     """the creation time of the runner this resource holds, as last seen (status.createTime)."""
 
 
+def absence_needs_proof(*, deleting: bool, bound: bool, credential_changed: bool) -> bool:
+    """Whether "absent" must be the API's own NOT_FOUND for this runner (a direct GET), not a list's.
+
+    A list can miss a runner (one made since it was read, or skipped by pagination under change).
+    Acting on that is safe only where absence can lead to nothing but reserving a key or sending a
+    create, which the API itself arbitrates (ALREADY_EXISTS, then a direct read): a live resource
+    that holds no runner. Where absence would release, forget or recreate a runner (bound, deleting),
+    or is read with a credential that proves nothing (changed), it must come from a GET.
+    """
+    return deleting or bound or credential_changed
+
+
 @dataclass(frozen=True)
 class ReserveRequestId:
     """Persist a create idempotency key in status before any create call."""
@@ -351,10 +363,10 @@ def _plan_unbound(facts: Facts, observed: CloudRunner) -> Action:
         if facts.replay_refused:
             if _created_after_reservation(facts):
                 return Bind()
-            if _created_before_reservation(facts):
-                return _taken(facts)
             if facts.adopt and not identity_changes(facts.desired, observed):
                 return Adopt()  # the person decided: it is managed from here either way
+            if _created_before_reservation(facts):
+                return _taken(facts)
             return _ownership_unknown(facts)
         # Our create may have succeeded before we could record it; the same key replays it.
         return Create(facts.desired, facts.request_id)

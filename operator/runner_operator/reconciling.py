@@ -71,12 +71,16 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: Co
         # A pass can run on a body older than our last status write; what this process bound counts.
         bound = res.spec.runner_id in (held_id, ctx.bound_here)
         request_id = res.status.get("createRequestId")
-        # Absence is confirmed with a direct GET even before a create key is reserved: a list may be
-        # older than a runner someone else just made, and the reservation time must postdate it.
-        observed = await cloud.observe(res.spec.runner_id)
+        recorded = res.status.get("credentialFingerprint")
+        credential_changed = bool(recorded and ctx.credential and recorded != ctx.credential)
+        # A fresh list's absence may reserve a key and send the create (the API refuses a duplicate);
+        # anything that would act on the runner being gone reads it directly.
+        proof = planning.absence_needs_proof(
+            deleting=res.deleting, bound=bound, credential_changed=credential_changed
+        )
+        observed = await cloud.observe(res.spec.runner_id, prove_absence=proof)
         held_elsewhere = str(held_id) if held_id and held_id != res.spec.runner_id else None
         held = await cloud.observe(held_elsewhere) if held_elsewhere else None
-        recorded = res.status.get("credentialFingerprint")
         facts = planning.Facts(
             desired=desired,
             observed=observed,
@@ -91,7 +95,7 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: Co
             replace=res.spec.replacement_policy == "Replace",
             held_id=held_elsewhere,
             held=held,
-            credential_changed=bool(recorded and ctx.credential and recorded != ctx.credential),
+            credential_changed=credential_changed,
             reserved_at=_parse_time(res.status.get("createRequestedTime")),
             seen_created=_parse_time(res.status.get("createTime")),
         )
@@ -143,9 +147,11 @@ async def _act(
             try:
                 created = await cloud.create(body, request_id)
             except (errors.AlreadyExists, errors.InvalidArgument) as exc:
-                if facts.observed is not None:
+                # The absence may have come from a list: read the runner itself before deciding.
+                observed = facts.observed or await cloud.observe(res.spec.runner_id)
+                if observed is not None:
                     # A replay the server refused (the body may have changed since): decide on other evidence.
-                    refused = dataclasses.replace(facts, replay_refused=True)
+                    refused = dataclasses.replace(facts, observed=observed, replay_refused=True)
                     return await _act(res, cloud, ctx, refused, planning.plan(refused))
                 if isinstance(exc, errors.InvalidArgument):
                     raise

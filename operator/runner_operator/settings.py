@@ -37,6 +37,9 @@ class Settings(BaseModel):
     fast_interval: float = Field(default=2.0, gt=0)
     resync_interval: float = Field(default=300.0, gt=0)
     deletion_timeout: float = Field(default=1800.0, gt=0)
+    # How long a Secret read serves every pass that needs it (0: each pass reads). A rotated token
+    # or env value is picked up within this many seconds.
+    secret_cache_seconds: float = Field(default=10.0, ge=0)
     # How long the start waits for the API server to serve ManagedRunners before giving up.
     startup_timeout: float = Field(default=300.0, gt=0)
     json_logs: bool = False

@@ -23,15 +23,16 @@ class Runners:
     max_age: float = 0.0
     """how old a batched (list) observation may be for this pass; 0 reads directly."""
 
-    async def observe(self, runner_id: str) -> CloudRunner | None:
-        """The runner, or None only when the API itself said NOT_FOUND for it.
+    async def observe(self, runner_id: str, *, prove_absence: bool = True) -> CloudRunner | None:
+        """The runner, or None when the API itself said NOT_FOUND for it.
 
-        A list may be older than a runner someone else just made, so absence is always confirmed
-        with a direct GET (the cache's rule); presence may come from the snapshot.
+        A list may be older than a runner someone else just made, so absence is confirmed with a
+        direct GET (the cache's rule) unless the caller says a list's absence can lead it to nothing
+        the API does not arbitrate (`planning.absence_needs_proof`); presence may come from the snapshot.
         """
         if self.cache is None:
             return await self.client.find(runner_id)
-        return await self.cache.find(runner_id, self.max_age)
+        return await self.cache.find(runner_id, self.max_age, trust_absence=not prove_absence)
 
     async def create(self, body: CloudRunner, request_id: str) -> CloudRunner:
         self._wrote(body.runner_id)

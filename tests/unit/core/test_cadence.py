@@ -60,7 +60,7 @@ def test_every_reason_fixed_outside_the_spec_is_in_the_catalogue() -> None:
 
 @pytest.mark.parametrize(
     ("cadence", "interval", "freshness"),
-    [(FAST, 2, 2), (MEDIUM, 30, 15), (SLOW, 300, 30), (NONE, None, 30)],
+    [(FAST, 2, 2), (MEDIUM, 30, 15), (SLOW, 300, 150), (NONE, None, 150)],
 )
 def test_intervals(cadence: Cadence, interval: float | None, freshness: float) -> None:
     assert INTERVALS.of(cadence) == interval

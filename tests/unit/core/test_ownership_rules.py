@@ -178,6 +178,17 @@ RULES = [
         id="refused-replay-of-an-older-runner-is-taken",
     ),
     pytest.param(
+        facts(
+            observed=runner(createTime=BEFORE, **READY),
+            request_id="k1",
+            reserved_at=RESERVED,
+            replay_refused=True,
+            adopt=True,
+        ),
+        planning.Adopt(),
+        id="refused-replay-of-an-older-runner-is-adopted-when-the-spec-says-adopt",
+    ),
+    pytest.param(
         facts(observed=runner(createTime=AFTER, **READY), request_id="k1", replay_refused=True),
         planning.Conflict(Reason.OWNERSHIP_UNKNOWN, "x"),
         id="refused-replay-without-a-reservation-time-is-unknown-and-keeps-the-key",

@@ -19,25 +19,11 @@ from runner_operator.cloud import budget
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.errors import Unauthenticated
 from runner_operator.cloud.runners import Runners
-from runner_operator.simulator.config import DEV_ADMIN_TOKEN, SimulatorConfig, Timings
-from runner_operator.simulator.server import RunningServer, serve
+from runner_operator.simulator.server import RunningServer
+from tests.unit.core.conftest import OTHER
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
-OTHER = "CW-SECRET-other-organization"
 CLUSTER = "00000000-0000-4000-8000-000000000001"
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[RunningServer]:
-    config = SimulatorConfig(timings=Timings.instant(), organizations={OTHER: "other"}, log_requests=False)
-    async with await serve(config) as srv:
-        yield srv
-
-
-@pytest.fixture
-async def cloud(server: RunningServer) -> AsyncIterator[CloudClient]:
-    async with CloudClient(server.url, DEV_ADMIN_TOKEN, budget=budget.RequestBudget(1000, 1000)) as c:
-        yield c
 
 
 @pytest.fixture

@@ -551,7 +551,7 @@ async def incompatible(env: Env) -> outcomes.Outcome:
 
 
 class Broken(Runners):
-    async def observe(self, runner_id: str) -> None:
+    async def observe(self, runner_id: str, *, prove_absence: bool = True) -> None:
         raise KeyError(runner_id)  # a bug in the operator, not an API answer
 
 

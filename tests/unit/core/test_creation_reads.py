@@ -1,0 +1,146 @@
+"""What a creation costs, and what a list's absence may decide (`planning.absence_needs_proof`).
+
+Rule: a list's absence may reserve a create key and send the create, because the API arbitrates a
+create (ALREADY_EXISTS); it never releases, forgets or recreates a runner. The shell runs against the
+in-process simulator with a shared list snapshot, as the operator does, and counts the calls.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from runner_operator import planning, reconciling, resource
+from runner_operator.cloud.cache import RunnerCache
+from runner_operator.cloud.client import CloudClient
+from runner_operator.cloud.runners import Runners
+from runner_operator.simulator.server import RunningServer
+
+T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+CLUSTER = "00000000-0000-4000-8000-000000000001"
+IDENTITY = {"runnerId": "owned", "clusterId": CLUSTER, "zone": "us-east-04a"}
+
+
+class Object:
+    """A ManagedRunner whose status takes each pass's patch; passes share one list snapshot."""
+
+    def __init__(self, cloud: CloudClient, start: datetime = T0, **spec: Any) -> None:
+        self.body: dict[str, Any] = {
+            "metadata": {"name": "r", "namespace": "ns", "uid": "u-1", "generation": 1},
+            "spec": {**IDENTITY, "policy": {}, **spec},
+            "status": {},
+        }
+        self.cache = RunnerCache(cloud)
+        self.cloud = cloud
+        self.start = start
+        self.seconds = 0.0
+
+    async def step(self, *, deleting: bool = False) -> reconciling.Outcome:
+        self.seconds += 1
+        if deleting:
+            self.body["metadata"]["deletionTimestamp"] = "2026-12-02T12:05:00Z"
+        res = resource.ManagedRunnerResource.from_body(self.body)
+        ctx = reconciling.Context(
+            now=self.start + timedelta(seconds=self.seconds), deletion_timeout=600, credential="c"
+        )
+        outcome = await reconciling.reconcile(res, Runners(self.cloud, self.cache, max_age=60), ctx)
+        self.body["status"] = {**self.body["status"], **outcome.status.to_patch()}
+        return outcome
+
+
+def calls(server: RunningServer) -> Counter[str]:
+    return Counter(e.endpoint for e in server.simulator.log.entries)
+
+
+@pytest.mark.parametrize(
+    ("deleting", "bound", "credential_changed", "needs_proof"),
+    [
+        (False, False, False, False),  # reserve or create: the API arbitrates
+        (False, True, False, True),  # gone while bound: it would be recreated
+        (True, False, False, True),  # deleting: it would be released
+        (True, True, False, True),
+        (False, False, True, True),  # another credential's NOT_FOUND proves nothing
+    ],
+)
+def test_which_absence_needs_the_apis_own_not_found(
+    deleting: bool, bound: bool, credential_changed: bool, needs_proof: bool
+) -> None:
+    got = planning.absence_needs_proof(deleting=deleting, bound=bound, credential_changed=credential_changed)
+    assert got == needs_proof
+
+
+async def test_a_creation_costs_one_create_and_a_share_of_a_list(
+    server: RunningServer, cloud: CloudClient
+) -> None:
+    obj = Object(cloud)
+    reserved = await obj.step()
+    assert obj.body["status"]["createRequestId"], reserved
+    created = await obj.step()
+    assert created.calls == ("create",)
+    assert calls(server) == {"list": 1, "create": 1}, (
+        "no GET: the list's absence was enough to reserve and create"
+    )
+
+
+async def missed_by_the_list(server: RunningServer, cloud: CloudClient, **spec: Any) -> Object:
+    """A snapshot taken just before someone else created the runner: the key is reserved on it."""
+    obj = Object(cloud, datetime.fromtimestamp(server.simulator.now(), UTC), **spec)
+    await obj.cache.identities(0)
+    server.simulator.create({"identity": IDENTITY, "policy": {}}, request_id="someone-else")
+    await obj.step()
+    assert obj.body["status"]["createRequestId"]
+    return obj
+
+
+async def test_a_runner_the_list_missed_is_read_before_anything_is_decided(
+    server: RunningServer, cloud: CloudClient
+) -> None:
+    obj = await missed_by_the_list(server, cloud)
+    outcome = await obj.step()  # the snapshot still misses it: the create is refused
+    assert calls(server)["get"] == 1, "the refusal is followed by a direct read"
+    assert [e.reason for e in outcome.events] == ["OwnershipUnknown"], outcome.events
+    assert not obj.body["status"].get("runnerId"), "never bound to a runner it cannot prove it created"
+    assert obj.body["status"]["createRequestId"], "the key is kept: nothing is forgotten on doubt"
+
+
+async def test_with_adopt_a_runner_the_list_missed_is_adopted(
+    server: RunningServer, cloud: CloudClient
+) -> None:
+    obj = await missed_by_the_list(server, cloud, adopt=True)
+    outcome = await obj.step()
+    assert [e.reason for e in outcome.events] == ["Adopted"], outcome.events
+    assert obj.body["status"]["runnerId"] == "owned"
+    assert obj.body["status"]["adopted"] is True
+
+
+async def bound_then_missed_by_the_list(cloud: CloudClient) -> Object:
+    """A bound resource whose next snapshot misses its runner (pagination under change)."""
+    obj = Object(cloud)
+    for _ in range(3):
+        await obj.step()
+    assert obj.body["status"]["runnerId"] == "owned"
+    obj.cache = RunnerCache(cloud)
+    await obj.cache.identities(0)
+    obj.cache._snapshot.clear()
+    return obj
+
+
+async def test_a_bound_runner_missing_from_the_list_is_read_directly(
+    server: RunningServer, cloud: CloudClient
+) -> None:
+    obj = await bound_then_missed_by_the_list(cloud)
+    before = calls(server)["get"]
+    outcome = await obj.step()
+    assert calls(server)["get"] == before + 1
+    assert outcome.calls == (), "present after all: nothing recreated"
+    assert obj.body["status"]["runnerId"] == "owned"
+
+
+async def test_a_deleting_resource_missing_from_the_list_is_read_directly(cloud: CloudClient) -> None:
+    obj = await bound_then_missed_by_the_list(cloud)
+    outcome = await obj.step(deleting=True)
+    assert outcome.calls == ("delete",), "read directly, found, and decommissioned: never released on a list"
+    assert not outcome.release
