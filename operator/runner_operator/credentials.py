@@ -133,6 +133,8 @@ class Resolved:
     env: dict[tuple[str, str], str]
     secret: str | None = None
     """the resource's own credentials Secret (same namespace), when it names one."""
+    shared: bool = False
+    """some value came from an earlier pass's read of its Secret (it may predate a rotation)."""
 
 
 @dataclass
@@ -173,15 +175,26 @@ class TokenRegistry:
         await asyncio.to_thread(self.guard, namespace, name, False)
         self._protected.discard((namespace, name))
 
-    async def resolve(self, res: resource.ManagedRunnerResource, *, env: bool = True) -> Resolved:
+    async def resolve(
+        self, res: resource.ManagedRunnerResource, *, env: bool = True, fresh: bool = False
+    ) -> Resolved:
         """The token for this resource and, with `env`, the values of every Secret its env references.
 
-        Deleting needs the token only: env Secrets may already be gone with the namespace.
+        Deleting needs the token only: env Secrets may already be gone with the namespace. `fresh`
+        reads every Secret now (and shares that read from then on) instead of taking a recent read.
         """
-        token = await self._token(res, self._read_secret)
+        shared = False
+
+        async def read(namespace: str, name: str) -> Mapping[str, str] | None:
+            nonlocal shared
+            data, earlier = await self._read_secret(namespace, name, fresh=fresh)
+            shared = shared or earlier
+            return data
+
+        token = await self._token(res, read)
         values: dict[tuple[str, str], str] = {}
         for ref in res.env_secret_refs() if env else ():
-            data = await self._read_secret(res.namespace, ref.name)
+            data = await read(res.namespace, ref.name)
             if data is None:
                 raise CredentialsProblem(
                     Reason.SECRET_NOT_FOUND, f"Secret {res.namespace}/{ref.name} (env) not found"
@@ -192,27 +205,29 @@ class TokenRegistry:
                 )
             values[(ref.name, ref.key)] = data[ref.key]
         own = res.spec.credentials.secret_ref.name if res.spec.credentials else None
-        return Resolved(token=token, env=values, secret=own)
+        return Resolved(token=token, env=values, secret=own, shared=shared)
 
-    async def _read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
+    async def _read_secret(
+        self, namespace: str, name: str, *, fresh: bool = False
+    ) -> tuple[Mapping[str, str] | None, bool]:
         """The Secret's data, one read shared by every pass within `secret_cache_seconds`.
 
         Each pass used to read its Secrets: at 1,000 runners resyncing every minute, that was a fifth
         of the operator's steady CPU and 33 GETs/s on the API server for a handful of Secrets.
         Only found Secrets are kept: a missing one (or a failed read) is read again by the next pass,
-        so creating it is noticed at once.
+        so creating it is noticed at once. Also returns whether the data came from an earlier read.
         """
         key, now = (namespace, name), self.clock()
         found = self._reads.get(key)
-        if found is None or now - found[0] >= self.settings.secret_cache_seconds:
+        ttl = self.settings.secret_cache_seconds
+        earlier = found is not None and not fresh and now - found[0] < ttl
+        if found is None or not earlier:
             if len(self._reads) > 1024:  # bounded: drop entries no pass is sharing any more
-                self._reads = {
-                    k: v for k, v in self._reads.items() if now - v[0] < self.settings.secret_cache_seconds
-                }
+                self._reads = {k: v for k, v in self._reads.items() if now - v[0] < ttl}
             reading = asyncio.ensure_future(asyncio.to_thread(self.getter, namespace, name))
             found = self._reads[key] = (now, reading)
             reading.add_done_callback(lambda done: self._forget_unless_found(key, done))
-        return await asyncio.shield(found[1])
+        return await asyncio.shield(found[1]), earlier
 
     def _forget_unless_found(
         self, key: tuple[str, str], done: asyncio.Future[Mapping[str, str] | None]

@@ -14,7 +14,7 @@ import datetime
 import logging
 import random
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import kopf
@@ -24,7 +24,9 @@ from runner_operator import cadence, metrics, reconciling, resource, settings
 from runner_operator import credentials as creds
 from runner_operator.cloud.runners import Runners
 from runner_operator.credentials import TokenRegistry, kubernetes_secret_getter, kubernetes_secret_guard
+from runner_operator.quiet import QuietPasses
 from runner_operator.reconciling import CredentialsProblem, Outcome
+from runner_operator.status import merged
 
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
 FINALIZER = f"{GROUP}/finalizer"
@@ -35,6 +37,14 @@ INTERVALS = cadence.Intervals(fast=CONFIG.fast_interval, resync=CONFIG.resync_in
 
 log = logging.getLogger(__name__)
 
+KUBE_RETRY_BACKOFFS = (1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 60, 60, 60, 60, 60)
+"""Seconds between kopf's retries of a failed Kubernetes request (about 7 minutes in all).
+
+When the status patch after a timer's pass fails past its last retry, kopf stops that object's
+timer for the life of the process (its daemon runner marks it stopped for good): the object would
+be looked at again only on a watch event. kopf's default retries for under a minute, shorter than
+an ordinary control-plane upgrade; these cover one."""
+
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -42,6 +52,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
     settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field="status.kopf.lastHandled")
     settings.posting.loggers = False
+    settings.networking.error_backoffs = KUBE_RETRY_BACKOFFS
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     registry = metrics.Registry()
@@ -56,6 +67,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.credentials = credentials
     memo.locks = {}
     memo.bound = {}  # uid -> runner ID this process bound (bridges the gap until the status write shows)
+    memo.quiet = QuietPasses()
     memo.metrics_server = await _serve_metrics(registry, CONFIG.metrics_port)
     await wait_until_served(_served_by_discovery, within=CONFIG.startup_timeout)
 
@@ -236,7 +248,10 @@ async def spec_changed(
     ticks at once. Creating from the timer alone means a creation backlog of thousands waits as
     one timer invocation per object, not also a kopf worker and handler invocation each.
     """
-    outcome = await _pass(body, patch, memo, runner_claims, credential_users, CONFIG.fast_interval)
+    # A spec change reads its Secrets now: whoever edits the spec may just have rotated a token.
+    outcome = await _pass(
+        body, patch, memo, runner_claims, credential_users, CONFIG.fast_interval, fresh=True
+    )
     if outcome is None:
         return
     if outcome.terminal:
@@ -321,16 +336,19 @@ async def finalize(
     Only TemporaryError leaves here: a permanent failure would make kopf drop the finalizer and
     leak the runner. Past the deadline it keeps retrying, slower, with Stalled=True.
 
-    While a decommission is in flight and nothing visible changes, this waits in memory between
-    passes instead of handing each retry to kopf: kopf records every retry in the object's status,
-    a write (and a watch event for every watcher) per object every few seconds. It hands back at
-    least every medium interval, so an edit made meanwhile (deletionPolicy: Orphan) is seen.
-    Deletion passes read the shared list like any other; absence is still confirmed by a GET.
+    While a decommission is in flight, this waits in memory between passes instead of handing each
+    retry to kopf: kopf writes every hand-back (its retry record and the status) to the object, a
+    write and a watch event for every watcher per object every few seconds. Passes in the meantime
+    read the status as it will be written; the first hand-back comes one medium interval after the
+    first pass ends (not after a DELETE queued behind a mass deletion's request budget), or at once
+    when the deletion slows down (stalled, retrying). Events are posted as they happen. Deletion
+    passes read the shared list like any other; absence is still confirmed by a GET.
     """
     loop = asyncio.get_running_loop()
-    hand_back = loop.time() + INTERVALS.medium
+    hand_back: float | None = None
+    view = body
     while True:
-        outcome = await _pass(body, patch, memo, runner_claims, credential_users, INTERVALS.fast)
+        outcome = await _pass(view, patch, memo, runner_claims, credential_users, INTERVALS.fast)
         if outcome is None:
             raise kopf.TemporaryError("waiting for the runner to be deleted", delay=INTERVALS.fast)
         after = cadence.after_pass(
@@ -342,9 +360,10 @@ async def finalize(
         )
         if after.delay is None:
             return
-        quiet = not patch and after.cadence == cadence.Cadence.FAST
-        if not quiet or loop.time() + after.delay > hand_back:
+        hand_back = hand_back or loop.time() + INTERVALS.medium
+        if after.cadence != cadence.Cadence.FAST or loop.time() + after.delay > hand_back:
             raise kopf.TemporaryError(_message(outcome), delay=after.delay)
+        view = kopf.Body(cast(kopf.RawBody, merged(body, {"status": dict(patch.get("status") or {})})))
         await asyncio.sleep(after.delay)
 
 
@@ -355,6 +374,8 @@ async def _pass(
     claims: kopf.Index[str, Any] | None,
     users: kopf.Index[str, Any] | None,
     max_age: float = 0.0,
+    *,
+    fresh: bool = False,
 ) -> Outcome | None:
     """One serialised reconcile pass for this object; the outcome is applied to `patch` and Events."""
     uid = str(body.get("metadata", {}).get("uid"))
@@ -384,7 +405,13 @@ async def _pass(
             outcome = reconciling.released(res, ctx, orphaned=orphan)
         else:
             outcome = await _with_credentials(
-                res, ctx, credentials, creating=uid not in memo.bound, max_age=max_age
+                res,
+                ctx,
+                credentials,
+                creating=uid not in memo.bound,
+                max_age=max_age,
+                quiet=memo.quiet,
+                fresh=fresh,
             )
         await _release_secrets(credentials, res, outcome, users or {})
     _apply(body, patch, outcome)
@@ -397,6 +424,7 @@ async def _pass(
     if outcome.release:
         locks.pop(uid, None)
         memo.bound.pop(uid, None)
+        memo.quiet.forget(uid)
     return outcome
 
 
@@ -407,28 +435,52 @@ async def _with_credentials(
     *,
     creating: bool,
     max_age: float,
+    quiet: QuietPasses,
+    fresh: bool = False,
 ) -> Outcome:
-    """Resolve and protect the credentials, then reconcile with the client and cache for that token."""
+    """Resolve and protect the credentials, then reconcile with the client and cache for that token.
+
+    Secret reads are shared between passes for a few seconds (`fresh` reads now). A token from such
+    a read that the API rejects may predate a rotation: the Secret is read again and, if it now holds
+    another token, the pass runs once more with it, so a rotation that revokes the old token at once
+    is not reported as rejected credentials.
+    """
+
+    async def reconcile_as(resolved: creds.Resolved) -> Outcome:
+        # Only the creation backlog takes turns: a pass for a bound runner mostly reads the shared
+        # list, and queueing it behind hundreds of creates would hide installs finishing meanwhile.
+        async with credentials.turn(resolved.token, creating=creating and not res.status.get("runnerId")):
+            used = dataclasses.replace(
+                ctx,
+                now=datetime.datetime.now(datetime.UTC),  # the turn may have taken a while
+                secrets=resolved.env,
+                credential=creds.fingerprint(resolved.token, res.uid),
+                credentials_secret=resolved.secret,
+                track_secret=True,
+            )
+            cloud = Runners(credentials.client(resolved.token), credentials.cache(resolved.token), max_age)
+            return await reconciling.reconcile(res, cloud, used, quiet)
+
     try:
-        resolved = await credentials.resolve(res, env=not res.deleting)
-        if resolved.secret:
-            await credentials.protect(res.namespace, resolved.secret)
+        resolved = await _resolve(credentials, res, fresh=fresh)
+        outcome = await reconcile_as(resolved)
+        if not (resolved.shared and outcome.credentials_rejected):
+            return outcome
+        again = await _resolve(credentials, res, fresh=True)
     except CredentialsProblem as exc:
         return reconciling.failed(res, ctx, exc)
-    # Only the creation backlog takes turns: a pass for a bound runner mostly reads the shared
-    # list, and queueing it behind hundreds of creates would hide installs finishing meanwhile.
-    creating = creating and not res.status.get("runnerId")
-    async with credentials.turn(resolved.token, creating=creating):
-        ctx = dataclasses.replace(
-            ctx,
-            now=datetime.datetime.now(datetime.UTC),  # the turn may have taken a while
-            secrets=resolved.env,
-            credential=creds.fingerprint(resolved.token, res.uid),
-            credentials_secret=resolved.secret,
-            track_secret=True,
-        )
-        cloud = Runners(credentials.client(resolved.token), credentials.cache(resolved.token), max_age)
-        return await reconciling.reconcile(res, cloud, ctx)
+    if again.token.get_secret_value() == resolved.token.get_secret_value():
+        return outcome
+    return await reconcile_as(again)
+
+
+async def _resolve(
+    credentials: TokenRegistry, res: resource.ManagedRunnerResource, *, fresh: bool
+) -> creds.Resolved:
+    resolved = await credentials.resolve(res, env=not res.deleting, fresh=fresh)
+    if resolved.secret:
+        await credentials.protect(res.namespace, resolved.secret)
+    return resolved
 
 
 async def _release_secrets(
@@ -510,6 +562,8 @@ def _record(registry: metrics.Registry, uid: str, outcome: Outcome) -> None:
     registry.reconciles.inc(label, ",".join(outcome.calls) or "none")
     for event in outcome.events:
         registry.events.inc(event.type, event.reason)
+    if outcome.unchanged:
+        return  # what the last full pass recorded still holds
     if outcome.release:
         registry.track(uid, None)
         return

@@ -46,11 +46,35 @@ class Outcome:
     """only a spec change (or an outside fix) can help: do not retry eagerly."""
     calls: tuple[str, ...] = field(default=())
     """the mutating calls made (for logs and tests)."""
+    unchanged: bool = False
+    """a steady pass skipped: its inputs were those of the last quiet pass (see `quiet`)."""
 
     @property
     def cadence(self) -> Cadence:
         """When to look again; derived from the status so kopf timer filters agree with it."""
-        return Cadence.NONE if self.release else of_status(self.status.to_patch()).cadence
+        if self.release:
+            return Cadence.NONE
+        if self.unchanged:
+            return Cadence.SLOW
+        return of_status(self.status.to_patch()).cadence
+
+    @property
+    def credentials_rejected(self) -> bool:
+        """The API refused the token this pass used (401, or 403 on every runner)."""
+        synced = self.status.condition("Synced")
+        return synced is not None and synced.reason in (Reason.CREDENTIALS_REJECTED, Reason.PERMISSION_DENIED)
+
+    def quiet(self, before: Mapping[str, Any]) -> bool:
+        """Whether this pass wrote, sent and reported nothing, and looks again only at the slow cadence."""
+        return (
+            not self.events
+            and not self.calls
+            and not self.release
+            and not self.terminal
+            and self.retry_after is None
+            and self.cadence == Cadence.SLOW
+            and all(value == before.get(key) for key, value in self.status.to_patch().items())
+        )
 
 
 @dataclass(frozen=True)
@@ -634,6 +658,17 @@ STAMPS = ("lastObservedTime", "lastHeartbeatTime")
 """Status fields that move on every read of a healthy runner: the time of our read, and the cloud's
 last heartbeat from the runner (it advances every few seconds while the runner is connected). Alone,
 neither is a change worth a write; both are refreshed with any other change or once STAMP_REFRESH old."""
+
+
+def stamps_due(status: Mapping[str, Any]) -> datetime | None:
+    """When a steady pass next refreshes the observation stamps in `status` (None: at once)."""
+    stamp = status.get("lastObservedTime")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")) + STAMP_REFRESH
+    except ValueError:
+        return None
 
 
 def _keep_recent_stamp(status: StatusPatch, previous: Mapping[str, Any], now: datetime) -> StatusPatch:

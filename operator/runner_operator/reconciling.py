@@ -28,9 +28,12 @@ from runner_operator.outcomes import (
     recreations,
     released,
     report,
+    stamps_due,
     unreadable,
 )
+from runner_operator.quiet import QuietPasses, fingerprint
 from runner_operator.reasons import Reason
+from runner_operator.status import StatusPatch
 
 __all__ = [
     "Context",
@@ -60,8 +63,62 @@ def request_key(res: resource.ManagedRunnerResource, *, recreations: int) -> str
     return str(uuid.uuid5(REQUEST_KEYS, f"{res.uid}/{res.spec.runner_id}/{recreations}"))
 
 
-async def reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: Context) -> Outcome:
-    """One observe-plan-act pass for a live or deleting resource."""
+async def reconcile(
+    res: resource.ManagedRunnerResource, cloud: Runners, ctx: Context, quiet: QuietPasses | None = None
+) -> Outcome:
+    """One observe-plan-act pass for a live or deleting resource.
+
+    With `quiet`, a steady pass whose inputs equal those of the resource's last quiet pass is
+    skipped (`Outcome.unchanged`): it would write, send and report nothing again.
+    """
+    seen = await _inputs(res, cloud, ctx) if quiet is not None else None
+    if quiet is None or seen is None:
+        return await _reconcile(res, cloud, ctx)
+    entry, digest = seen
+    if quiet.still(res.uid, digest, ctx.now):
+        return Outcome(StatusPatch(), unchanged=True)
+    outcome = await _reconcile(res, cloud, ctx)
+    due = stamps_due(res.status)
+    # Remembered only if the list entry the pass read is the one fingerprinted (no refresh between).
+    if (
+        due is not None
+        and outcome.quiet(res.status)
+        and await cloud.entry(res.spec.runner_id, refresh=False) is entry
+    ):
+        quiet.remember(res.uid, digest, due)
+    else:
+        quiet.forget(res.uid)
+    return outcome
+
+
+async def _inputs(
+    res: resource.ManagedRunnerResource, cloud: Runners, ctx: Context
+) -> tuple[bytes, bytes] | None:
+    """The runner's list entry and a fingerprint of everything a steady pass reads; None if not steady.
+
+    Steady: live, bound to the runner in the spec (no replacement in flight), and the shared list can
+    answer for it. Anything else (creating, deleting, replacing, read directly) always runs in full.
+    """
+    if res.deleting or not res.resource_version or res.status.get("runnerId") != res.spec.runner_id:
+        return None
+    entry = await cloud.entry(res.spec.runner_id)
+    if entry is None:
+        return None
+    secrets = sorted(f"{name}/{key}={value}" for (name, key), value in ctx.secrets.items())
+    digest = fingerprint(
+        res.resource_version,
+        entry,
+        ctx.claimed_by,
+        ctx.bound_here,
+        ctx.credential,
+        ctx.credentials_secret,
+        str(ctx.track_secret),
+        *secrets,
+    )
+    return entry, digest
+
+
+async def _reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: Context) -> Outcome:
     try:
         desired = desired_runner(res.spec, ctx.secrets, lenient=res.deleting)
     except MissingSecretValue as exc:
@@ -73,10 +130,13 @@ async def reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: Co
         request_id = res.status.get("createRequestId")
         recorded = res.status.get("credentialFingerprint")
         credential_changed = bool(recorded and ctx.credential and recorded != ctx.credential)
-        # A fresh list's absence may reserve a key and send the create (the API refuses a duplicate);
-        # anything that would act on the runner being gone reads it directly.
+        # A fresh list's absence may send the create for a reserved key (the API refuses a duplicate);
+        # anything else that would act on the runner being gone reads it directly.
         proof = planning.absence_needs_proof(
-            deleting=res.deleting, bound=bound, credential_changed=credential_changed
+            deleting=res.deleting,
+            bound=bound,
+            credential_changed=credential_changed,
+            reserved=bool(request_id),
         )
         observed = await cloud.observe(res.spec.runner_id, prove_absence=proof)
         held_elsewhere = str(held_id) if held_id and held_id != res.spec.runner_id else None

@@ -436,6 +436,8 @@ class ManagedRunnerResource(BaseModel):
     uid: str
     generation: int
     deletion_timestamp: str | None = None
+    resource_version: str | None = None
+    """changes with any write to the object (spec, status or metadata)."""
     spec: ManagedRunnerSpec
     status: dict[str, Any] = Field(default_factory=dict)
 
@@ -453,6 +455,7 @@ class ManagedRunnerResource(BaseModel):
             uid=metadata.get("uid"),
             generation=metadata.get("generation"),
             deletion_timestamp=metadata.get("deletionTimestamp"),
+            resource_version=metadata.get("resourceVersion"),
             spec=ManagedRunnerSpec.model_validate(body.get("spec") or {}),
             status=dict(body.get("status") or {}),
         )

@@ -88,6 +88,22 @@ class RunnerCache:
         self.stats.hits += 1
         return None if found is None else runner_from_json(zlib.decompress(found.packed))
 
+    async def entry(self, runner_id: str, max_age: float, *, refresh: bool = True) -> bytes | None:
+        """The runner's packed list entry, at most `max_age` old (what `find` would parse), unparsed.
+
+        None when the snapshot cannot answer for it: absent, or written by this process since. The
+        same bytes object is returned until a refresh replaces the entry. Without `refresh`, only
+        the snapshot as it is now is read.
+        """
+        if max_age <= 0:
+            return None
+        if refresh and self.clock() - self._taken > max_age:
+            await self._refreshed()
+        if self._stale_for(runner_id):
+            return None
+        found = self._snapshot.get(runner_id)
+        return None if found is None else found.packed
+
     async def identities(self, max_age: float) -> list[RunnerIdentity]:
         """ID and cluster of each runner of the credential, at most `max_age` seconds old (0: list now)."""
         if max_age <= 0 or self.clock() - self._taken > max_age:

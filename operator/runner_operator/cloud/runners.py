@@ -34,6 +34,15 @@ class Runners:
             return await self.client.find(runner_id)
         return await self.cache.find(runner_id, self.max_age, trust_absence=not prove_absence)
 
+    async def entry(self, runner_id: str, *, refresh: bool = True) -> bytes | None:
+        """The runner's entry in the shared snapshot, unparsed (None without one, or when it cannot answer).
+
+        A fingerprint of a pass's inputs: the same bytes object until a list refresh replaces it.
+        """
+        if self.cache is None:
+            return None
+        return await self.cache.entry(runner_id, self.max_age, refresh=refresh)
+
     async def create(self, body: CloudRunner, request_id: str) -> CloudRunner:
         self._wrote(body.runner_id)
         created = await self.client.create(body, request_id)

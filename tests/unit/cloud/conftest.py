@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from runner_operator.cloud import budget
 from runner_operator.cloud.client import CloudClient
 from tests.unit.cloud.fakes import BASE_URL, TOKEN, FakeApi, FakeClock
-
-
-@pytest.fixture(autouse=True)
-def fresh_budgets() -> Iterator[None]:
-    budget.clear_registry()
-    yield
-    budget.clear_registry()
 
 
 @pytest.fixture

@@ -56,64 +56,59 @@ def calls(server: RunningServer) -> Counter[str]:
 
 
 @pytest.mark.parametrize(
-    ("deleting", "bound", "credential_changed", "needs_proof"),
+    ("deleting", "bound", "credential_changed", "reserved", "needs_proof"),
     [
-        (False, False, False, False),  # reserve or create: the API arbitrates
-        (False, True, False, True),  # gone while bound: it would be recreated
-        (True, False, False, True),  # deleting: it would be released
-        (True, True, False, True),
-        (False, False, True, True),  # another credential's NOT_FOUND proves nothing
+        (False, False, False, True, False),  # the create for a reserved key: the API arbitrates
+        (False, False, False, False, True),  # the reservation: a runner made before it must be seen
+        (False, True, False, True, True),  # gone while bound: it would be recreated
+        (True, False, False, True, True),  # deleting: it would be released
+        (True, True, False, False, True),
+        (False, False, True, True, True),  # another credential's NOT_FOUND proves nothing
     ],
 )
 def test_which_absence_needs_the_apis_own_not_found(
-    deleting: bool, bound: bool, credential_changed: bool, needs_proof: bool
+    deleting: bool, bound: bool, credential_changed: bool, reserved: bool, needs_proof: bool
 ) -> None:
-    got = planning.absence_needs_proof(deleting=deleting, bound=bound, credential_changed=credential_changed)
+    got = planning.absence_needs_proof(
+        deleting=deleting, bound=bound, credential_changed=credential_changed, reserved=reserved
+    )
     assert got == needs_proof
 
 
-async def test_a_creation_costs_one_create_and_a_share_of_a_list(
+async def test_a_creation_costs_a_get_a_create_and_a_share_of_a_list(
     server: RunningServer, cloud: CloudClient
 ) -> None:
     obj = Object(cloud)
-    reserved = await obj.step()
-    assert obj.body["status"]["createRequestId"], reserved
-    created = await obj.step()
-    assert created.calls == ("create",)
-    assert calls(server) == {"list": 1, "create": 1}, (
-        "no GET: the list's absence was enough to reserve and create"
-    )
-
-
-async def missed_by_the_list(server: RunningServer, cloud: CloudClient, **spec: Any) -> Object:
-    """A snapshot taken just before someone else created the runner: the key is reserved on it."""
-    obj = Object(cloud, datetime.fromtimestamp(server.simulator.now(), UTC), **spec)
-    await obj.cache.identities(0)
-    server.simulator.create({"identity": IDENTITY, "policy": {}}, request_id="someone-else")
     await obj.step()
     assert obj.body["status"]["createRequestId"]
-    return obj
+    created = await obj.step()
+    assert created.calls == ("create",)
+    assert calls(server) == {"list": 1, "get": 1, "create": 1}, "the create went out on the list's absence"
 
 
-async def test_a_runner_the_list_missed_is_read_before_anything_is_decided(
+async def test_a_runner_made_before_the_reservation_is_taken_even_if_the_list_missed_it(
     server: RunningServer, cloud: CloudClient
 ) -> None:
-    obj = await missed_by_the_list(server, cloud)
-    outcome = await obj.step()  # the snapshot still misses it: the create is refused
-    assert calls(server)["get"] == 1, "the refusal is followed by a direct read"
-    assert [e.reason for e in outcome.events] == ["OwnershipUnknown"], outcome.events
-    assert not obj.body["status"].get("runnerId"), "never bound to a runner it cannot prove it created"
-    assert obj.body["status"]["createRequestId"], "the key is kept: nothing is forgotten on doubt"
-
-
-async def test_with_adopt_a_runner_the_list_missed_is_adopted(
-    server: RunningServer, cloud: CloudClient
-) -> None:
-    obj = await missed_by_the_list(server, cloud, adopt=True)
+    obj = Object(cloud)
+    await obj.cache.identities(0)  # a snapshot taken just before someone else made the runner
+    server.simulator.create({"identity": IDENTITY, "policy": {}}, request_id="someone-else")
     outcome = await obj.step()
-    assert [e.reason for e in outcome.events] == ["Adopted"], outcome.events
-    assert obj.body["status"]["runnerId"] == "owned"
-    assert obj.body["status"]["adopted"] is True
+    assert [e.reason for e in outcome.events] == ["RunnerIdTaken"], outcome.events
+    assert not obj.body["status"].get("createRequestId"), "no key is reserved over a runner that exists"
+
+
+async def test_a_runner_the_list_missed_after_the_reservation_is_read_before_deciding(
+    server: RunningServer, cloud: CloudClient
+) -> None:
+    obj = Object(cloud, datetime.fromtimestamp(server.simulator.now(), UTC) - timedelta(minutes=10))
+    await obj.step()  # reserved (ten minutes ago, by the object's clock) on a direct read
+    await obj.cache.identities(0)
+    server.simulator.create({"identity": IDENTITY, "policy": {}}, request_id="someone-else")
+    outcome = await obj.step()  # the snapshot misses it: the create is refused, then read directly
+    assert calls(server)["get"] == 2, "the reservation's read, and the read after the refusal"
+    # Read directly, the runner is one made after the key was reserved: what a direct read before
+    # the create would have concluded too (rule "A lost create is recognised").
+    assert [e.reason for e in outcome.events] == ["CreateConfirmed"], outcome.events
 
 
 async def bound_then_missed_by_the_list(cloud: CloudClient) -> Object:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 from pydantic import SecretStr
@@ -16,13 +15,6 @@ from tests.clock import FakeClock
 RESYNC = 10.0
 OLD = SecretStr("CW-SECRET-old")
 NEW = SecretStr("CW-SECRET-new")
-
-
-@pytest.fixture(autouse=True)
-def fresh_budgets() -> Iterator[None]:
-    budget.clear_registry()
-    yield
-    budget.clear_registry()
 
 
 @pytest.fixture

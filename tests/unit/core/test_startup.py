@@ -40,3 +40,13 @@ def test_returns_at_once_when_served() -> None:
 
     asyncio.run(handlers.wait_until_served(served, within=0.05, interval=10))
     assert calls == [1]
+
+
+def test_kubernetes_requests_are_retried_through_a_control_plane_upgrade() -> None:
+    """A timer whose status patch fails past kopf's last retry is stopped for good (kopf's daemon runner)."""
+    total = sum(handlers.KUBE_RETRY_BACKOFFS)
+    assert total >= 5 * 60, f"retries span {total}s: shorter than a control-plane upgrade"
+    assert max(handlers.KUBE_RETRY_BACKOFFS) <= 60, "no single wait longer than a minute"
+    default = kopf.OperatorSettings().networking.error_backoffs
+    assert isinstance(default, tuple)
+    assert sum(default) < total, "kopf's default is what this widens"
