@@ -14,7 +14,7 @@ import datetime
 import logging
 import random
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import aiohttp
 import kopf
@@ -26,7 +26,6 @@ from runner_operator.cloud.runners import Runners
 from runner_operator.credentials import TokenRegistry, kubernetes_secret_getter, kubernetes_secret_guard
 from runner_operator.quiet import QuietPasses
 from runner_operator.reconciling import CredentialsProblem, Outcome
-from runner_operator.status import merged
 
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
 FINALIZER = f"{GROUP}/finalizer"
@@ -336,19 +335,16 @@ async def finalize(
     Only TemporaryError leaves here: a permanent failure would make kopf drop the finalizer and
     leak the runner. Past the deadline it keeps retrying, slower, with Stalled=True.
 
-    While a decommission is in flight, this waits in memory between passes instead of handing each
-    retry to kopf: kopf writes every hand-back (its retry record and the status) to the object, a
-    write and a watch event for every watcher per object every few seconds. Passes in the meantime
-    read the status as it will be written; the first hand-back comes one medium interval after the
-    first pass ends (not after a DELETE queued behind a mass deletion's request budget), or at once
-    when the deletion slows down (stalled, retrying). Events are posted as they happen. Deletion
-    passes read the shared list like any other; absence is still confirmed by a GET.
+    While a decommission is in flight and nothing visible changes, this waits in memory between
+    passes instead of handing each retry to kopf: kopf records every retry in the object's status,
+    a write (and a watch event for every watcher) per object every few seconds. It hands back at
+    least every medium interval, so an edit made meanwhile (deletionPolicy: Orphan) is seen.
+    Deletion passes read the shared list like any other; absence is still confirmed by a GET.
     """
     loop = asyncio.get_running_loop()
-    hand_back: float | None = None
-    view = body
+    hand_back = loop.time() + INTERVALS.medium
     while True:
-        outcome = await _pass(view, patch, memo, runner_claims, credential_users, INTERVALS.fast)
+        outcome = await _pass(body, patch, memo, runner_claims, credential_users, INTERVALS.fast)
         if outcome is None:
             raise kopf.TemporaryError("waiting for the runner to be deleted", delay=INTERVALS.fast)
         after = cadence.after_pass(
@@ -360,10 +356,9 @@ async def finalize(
         )
         if after.delay is None:
             return
-        hand_back = hand_back or loop.time() + INTERVALS.medium
-        if after.cadence != cadence.Cadence.FAST or loop.time() + after.delay > hand_back:
+        quiet = not patch and after.cadence == cadence.Cadence.FAST
+        if not quiet or loop.time() + after.delay > hand_back:
             raise kopf.TemporaryError(_message(outcome), delay=after.delay)
-        view = kopf.Body(cast(kopf.RawBody, merged(body, {"status": dict(patch.get("status") or {})})))
         await asyncio.sleep(after.delay)
 
 

@@ -53,18 +53,22 @@ class Facts:
     """the creation time of the runner this resource holds, as last seen (status.createTime)."""
 
 
-def absence_needs_proof(*, deleting: bool, bound: bool, credential_changed: bool, reserved: bool) -> bool:
+def absence_needs_proof(
+    *, deleting: bool, bound: bool, credential_changed: bool, reserved: bool, replacing: bool
+) -> bool:
     """Whether "absent" must be the API's own NOT_FOUND for this runner (a direct GET), not a list's.
 
     A list can miss a runner (one made since it was read, or skipped by pagination under change).
     Acting on that is safe only where the API itself arbitrates what follows: sending the create for
     a key already reserved (a duplicate is refused with ALREADY_EXISTS, then read directly). The
     reservation itself follows a direct read, so that a runner made before it is told apart from
-    one our create made (RunnerIdTaken, not OwnershipUnknown). Where absence would release, forget
-    or recreate a runner (bound, deleting), or is read with a credential that proves nothing
-    (changed), it must come from a GET too.
+    one our create made (RunnerIdTaken, not OwnershipUnknown). `reserved` means a key reserved for
+    this runner ID, not one left from an earlier runner. Where absence would release, forget or
+    recreate a runner (bound, deleting), let a replacement delete the runner it holds (the new ID
+    must be proven free), or is read with a credential that proves nothing (changed), it must come
+    from a GET too.
     """
-    return deleting or bound or credential_changed or not reserved
+    return deleting or bound or credential_changed or replacing or not reserved
 
 
 @dataclass(frozen=True)

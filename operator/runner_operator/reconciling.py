@@ -71,7 +71,13 @@ async def reconcile(
     With `quiet`, a steady pass whose inputs equal those of the resource's last quiet pass is
     skipped (`Outcome.unchanged`): it would write, send and report nothing again.
     """
-    seen = await _inputs(res, cloud, ctx) if quiet is not None else None
+    try:
+        seen = await _inputs(res, cloud, ctx) if quiet is not None else None
+    except errors.CloudError as exc:
+        return failed(res, ctx, exc)  # the list the full pass would read first failed the same way
+    except Exception:
+        log.exception("Quiet-pass check failed for %s/%s; running the pass in full", res.namespace, res.name)
+        seen = None
     if quiet is None or seen is None:
         return await _reconcile(res, cloud, ctx)
     entry, digest = seen
@@ -130,16 +136,17 @@ async def _reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: C
         request_id = res.status.get("createRequestId")
         recorded = res.status.get("credentialFingerprint")
         credential_changed = bool(recorded and ctx.credential and recorded != ctx.credential)
-        # A fresh list's absence may send the create for a reserved key (the API refuses a duplicate);
-        # anything else that would act on the runner being gone reads it directly.
+        held_elsewhere = str(held_id) if held_id and held_id != res.spec.runner_id else None
+        # A fresh list's absence may send the create for a key reserved for this runner ID (the API
+        # refuses a duplicate); anything else that would act on a runner being gone reads it directly.
         proof = planning.absence_needs_proof(
             deleting=res.deleting,
             bound=bound,
             credential_changed=credential_changed,
-            reserved=bool(request_id),
+            reserved=bool(request_id) and request_id == request_key(res, recreations=recreations(res)),
+            replacing=held_elsewhere is not None,
         )
         observed = await cloud.observe(res.spec.runner_id, prove_absence=proof)
-        held_elsewhere = str(held_id) if held_id and held_id != res.spec.runner_id else None
         held = await cloud.observe(held_elsewhere) if held_elsewhere else None
         facts = planning.Facts(
             desired=desired,

@@ -8,29 +8,11 @@ values: no I/O, no kopf. `status.kopf` is kopf's own storage and is deliberately
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal, Self
 
 from runner_operator.resource import K8sModel
 
 ConditionStatus = Literal["True", "False", "Unknown"]
-
-
-def merged(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """`target` after the JSON merge patch `patch` (RFC 7386): objects merge, None deletes, the rest replaces.
-
-    What the API server will store once a patch is written, for a pass that runs before it is.
-    """
-    out = dict(target)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, Mapping):
-            before = out.get(key)
-            out[key] = merged(before if isinstance(before, Mapping) else {}, value)
-        else:
-            out[key] = value
-    return out
 
 
 class Patchable(K8sModel):

@@ -38,6 +38,7 @@ RULES: list[tuple[str, str, list[str]]] = [
             "tests/unit/core/test_creation_reads.py::test_which_absence_needs_the_apis_own_not_found",
             "tests/unit/core/test_creation_reads.py::test_a_runner_made_before_the_reservation_is_taken_even_if_the_list_missed_it",
             "tests/unit/core/test_creation_reads.py::test_a_runner_the_list_missed_after_the_reservation_is_read_before_deciding",
+            "tests/unit/core/test_creation_reads.py::test_a_replacement_target_the_list_missed_keeps_the_old_runner",
             "tests/unit/core/test_creation_reads.py::test_a_bound_runner_missing_from_the_list_is_read_directly",
             "tests/unit/core/test_creation_reads.py::test_a_deleting_resource_missing_from_the_list_is_read_directly",
             "tests/unit/cloud/test_errors.py::test_classification[empty-404-is-not-absence]",

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pydantic
 import pytest
 
 from runner_operator import conditions, reporting
 from runner_operator.cloud.models import CloudRunner, parse_runner
 from runner_operator.reasons import Reason
-from runner_operator.status import Condition, PlanPreview, Replacement, StatusPatch, merged
+from runner_operator.status import Condition, PlanPreview, Replacement, StatusPatch
 
 STAMP = "2026-12-02T12:00:00Z"
 
@@ -130,31 +128,3 @@ def test_merged_conditions_keep_stored_ones_verbatim_and_stamp_flips() -> None:
         },
         stored[1],
     ]
-
-
-@pytest.mark.parametrize(
-    ("target", "patch", "expected"),
-    [
-        ({"a": 1, "b": 2}, {"b": 3}, {"a": 1, "b": 3}),
-        ({"a": 1, "b": 2}, {"b": None}, {"a": 1}),
-        (
-            {"deletion": {"requestedTime": "t0", "stalled": True}},
-            {"deletion": {"stalled": None}},
-            {"deletion": {"requestedTime": "t0"}},
-        ),
-        (
-            {"conditions": [{"type": "Ready"}]},
-            {"conditions": [{"type": "Synced"}]},
-            {"conditions": [{"type": "Synced"}]},
-        ),
-        ({"plan": "old"}, {"plan": {"action": "none"}}, {"plan": {"action": "none"}}),
-        ({}, {"missing": None}, {}),
-    ],
-    ids=["replace", "none-deletes", "objects-merge", "lists-replace", "scalar-to-object", "delete-absent"],
-)
-def test_merged_is_a_json_merge_patch(
-    target: dict[str, Any], patch: dict[str, Any], expected: dict[str, Any]
-) -> None:
-    before = repr(target)
-    assert merged(target, patch) == expected
-    assert repr(target) == before, "the target is not changed in place"

@@ -56,21 +56,26 @@ def calls(server: RunningServer) -> Counter[str]:
 
 
 @pytest.mark.parametrize(
-    ("deleting", "bound", "credential_changed", "reserved", "needs_proof"),
+    ("deleting", "bound", "credential_changed", "reserved", "replacing", "needs_proof"),
     [
-        (False, False, False, True, False),  # the create for a reserved key: the API arbitrates
-        (False, False, False, False, True),  # the reservation: a runner made before it must be seen
-        (False, True, False, True, True),  # gone while bound: it would be recreated
-        (True, False, False, True, True),  # deleting: it would be released
-        (True, True, False, False, True),
-        (False, False, True, True, True),  # another credential's NOT_FOUND proves nothing
+        (False, False, False, True, False, False),  # the create for a reserved key: the API arbitrates
+        (False, False, False, False, False, True),  # the reservation: a runner made before it must be seen
+        (False, True, False, True, False, True),  # gone while bound: it would be recreated
+        (True, False, False, True, False, True),  # deleting: it would be released
+        (True, True, False, False, False, True),
+        (False, False, True, True, False, True),  # another credential's NOT_FOUND proves nothing
+        (False, False, False, True, True, True),  # a free new ID lets a replacement delete the old runner
     ],
 )
 def test_which_absence_needs_the_apis_own_not_found(
-    deleting: bool, bound: bool, credential_changed: bool, reserved: bool, needs_proof: bool
+    deleting: bool, bound: bool, credential_changed: bool, reserved: bool, replacing: bool, needs_proof: bool
 ) -> None:
     got = planning.absence_needs_proof(
-        deleting=deleting, bound=bound, credential_changed=credential_changed, reserved=reserved
+        deleting=deleting,
+        bound=bound,
+        credential_changed=credential_changed,
+        reserved=reserved,
+        replacing=replacing,
     )
     assert got == needs_proof
 
@@ -139,3 +144,22 @@ async def test_a_deleting_resource_missing_from_the_list_is_read_directly(cloud:
     outcome = await obj.step(deleting=True)
     assert outcome.calls == ("delete",), "read directly, found, and decommissioned: never released on a list"
     assert not outcome.release
+
+
+async def test_a_replacement_target_the_list_missed_keeps_the_old_runner(
+    server: RunningServer, cloud: CloudClient
+) -> None:
+    """The key in status is the old runner's: it is no reservation for the new ID, whose absence is read."""
+    obj = Object(cloud, replacementPolicy="Replace")
+    for _ in range(3):
+        await obj.step()
+    assert obj.body["status"]["runnerId"] == "owned"
+    await obj.cache.identities(0)  # a snapshot taken just before someone else made the target
+    other_cluster = "00000000-0000-4000-8000-000000000002"
+    target = {"runnerId": "moved", "clusterId": other_cluster, "zone": "us-east-04a"}
+    server.simulator.create({"identity": target, "policy": {}}, request_id="someone-else")
+    obj.body["spec"]["runnerId"] = "moved"
+    outcome = await obj.step()
+    assert "delete" not in outcome.calls
+    assert [e.reason for e in outcome.events] == ["ReplacementTargetTaken"], outcome.events
+    assert server.simulator.get("owned") is not None

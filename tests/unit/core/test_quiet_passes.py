@@ -167,3 +167,11 @@ async def test_a_status_write_that_did_not_land_is_tried_again(server: RunningSe
     again = await reconciling.reconcile(res, cloud, ctx, obj.quiet)  # the same body: the write was lost
     assert not again.unchanged
     assert again.status.to_patch()["phase"] == lost.status.to_patch()["phase"]
+
+
+async def test_a_failing_list_is_reported_like_any_pass(server: RunningServer, obj: Object) -> None:
+    server.simulator.set_bare404(enabled=True)
+    failed = await obj.step(LIST_AGE + 1)
+    synced = failed.status.condition("Synced")
+    assert synced is not None
+    assert (synced.status, synced.reason) == ("False", "EndpointMisrouted")
