@@ -41,10 +41,15 @@ class CacheStats:
     direct_gets: int = 0
 
 
+HEARTBEAT = "lastHeartbeatTime"
+
+
 class _Entry(NamedTuple):
     cluster_id: str | None
     """kept unpacked: finding a cluster's holder reads it for every runner."""
     packed: bytes
+    """the entry without its heartbeat: the same bytes while nothing but the heartbeat moves."""
+    heartbeat: str | None = None
 
 
 @dataclass
@@ -86,14 +91,15 @@ class RunnerCache:
         if found is None and not trust_absence:
             return await self._get(runner_id)
         self.stats.hits += 1
-        return None if found is None else runner_from_json(zlib.decompress(found.packed))
+        return None if found is None else runner_from_json(_unpack(found))
 
     async def entry(self, runner_id: str, max_age: float, *, refresh: bool = True) -> bytes | None:
         """The runner's packed list entry, at most `max_age` old (what `find` would parse), unparsed.
 
-        None when the snapshot cannot answer for it: absent, or written by this process since. The
-        same bytes object is returned until a refresh replaces the entry. Without `refresh`, only
-        the snapshot as it is now is read.
+        Without the runner's heartbeat, which moves every few seconds and alone changes nothing a
+        pass decides or writes (see `outcomes.STAMPS`). None when the snapshot cannot answer for it:
+        absent, or written by this process since. The same bytes object is returned until a refresh
+        replaces the entry. Without `refresh`, only the snapshot as it is now is read.
         """
         if max_age <= 0:
             return None
@@ -157,7 +163,10 @@ class RunnerCache:
                 started = sent[-1]
             if identity.runner_id:
                 # In place: a replaced entry is fresher than `_taken`, which stays true for the rest.
-                self._snapshot[identity.runner_id] = _Entry(identity.cluster_id, _pack(entry))
+                heartbeat = entry.pop(HEARTBEAT, None)
+                self._snapshot[identity.runner_id] = _Entry(
+                    identity.cluster_id, _pack(entry), heartbeat if isinstance(heartbeat, str) else None
+                )
                 listed.add(identity.runner_id)
         if started is None:  # nothing listed: the earliest send is the safe bound
             started = sent[0] if sent else self.clock()
@@ -168,6 +177,15 @@ class RunnerCache:
         # Writes older than the snapshot's start are reflected in it; forget them.
         self._written = {k: t for k, t in self._written.items() if t >= started}
         self._results = {k: r for k, r in self._results.items() if k in self._written}
+
+
+def _unpack(found: _Entry) -> bytes:
+    """The entry's JSON as listed, the heartbeat put back (it was the last key of a JSON object)."""
+    raw = zlib.decompress(found.packed)
+    if found.heartbeat is None:
+        return raw
+    sep = b"," if raw != b"{}" else b""
+    return raw[:-1] + sep + json.dumps({HEARTBEAT: found.heartbeat}, separators=(",", ":"))[1:].encode()
 
 
 def _pack(entry: dict[str, Any]) -> bytes:

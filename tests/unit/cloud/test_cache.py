@@ -323,3 +323,29 @@ async def test_close_stops_a_refresh_in_flight(pages: Pages, paged: CloudClient)
     await cache.close()
     with pytest.raises(asyncio.CancelledError):
         await finding
+
+
+async def test_a_heartbeat_alone_keeps_the_entry_and_is_still_read(
+    cloud: CloudClient, server: RunningServer
+) -> None:
+    """The entry (a quiet pass's fingerprint) leaves the heartbeat out; a find still returns it."""
+    [runner_id] = await seed(cloud, 1)
+    await asyncio.sleep(0.3)  # installed and connected: heartbeats every 0.05 s
+    clock = FakeClock(0.0)
+    cache = RunnerCache(cloud, clock=clock)
+    first = await cache.entry(runner_id, max_age=1)
+    found = await cache.find(runner_id, max_age=1)
+    assert found is not None
+    beat = found.last_heartbeat_time
+    assert beat is not None
+    await asyncio.sleep(0.2)
+    clock.tick(2)
+    second = await cache.entry(runner_id, max_age=1)
+    found = await cache.find(runner_id, max_age=1)
+    assert found is not None
+    later = found.last_heartbeat_time
+    assert later is not None
+    assert later > beat, "a new list, a newer heartbeat"
+    assert first is not None
+    assert second == first, "nothing but the heartbeat moved: the same entry"
+    assert server.simulator.get(runner_id)["lastHeartbeatTime"] is not None

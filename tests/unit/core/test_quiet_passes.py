@@ -175,3 +175,10 @@ async def test_a_failing_list_is_reported_like_any_pass(server: RunningServer, o
     synced = failed.status.condition("Synced")
     assert synced is not None
     assert (synced.status, synced.reason) == ("False", "EndpointMisrouted")
+
+
+async def test_a_heartbeat_alone_does_not_run_the_pass(obj: Object) -> None:
+    """The simulator's runner heartbeats every 0.05 s: each list refresh sees a new lastHeartbeatTime."""
+    await asyncio.sleep(0.2)
+    refreshed = await obj.step(LIST_AGE + 1)  # a new list, in which only the heartbeat moved
+    assert refreshed.unchanged
