@@ -141,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
         namespaces=args.namespace or (),
         clusterwide=not args.namespace,
         liveness_endpoint=args.liveness,
-        memo=kopf.Memo(watched_namespaces=len(args.namespace)),
+        memo=kopf.Memo(watched_namespaces=len(args.namespace), namespaces=tuple(args.namespace)),
     )
     return 0
 

@@ -23,9 +23,15 @@ from aiohttp import web
 from runner_operator import cadence, metrics, reconciling, resource, settings
 from runner_operator import credentials as creds
 from runner_operator.cloud.runners import Runners
-from runner_operator.credentials import TokenRegistry, kubernetes_secret_getter, kubernetes_secret_guard
+from runner_operator.credentials import (
+    TokenRegistry,
+    kubernetes_namespace_labels,
+    kubernetes_secret_getter,
+    kubernetes_secret_guard,
+)
 from runner_operator.quiet import QuietPasses
 from runner_operator.reconciling import CredentialsProblem, Outcome
+from runner_operator.tenancy import DefaultCredentialScope
 
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
 FINALIZER = f"{GROUP}/finalizer"
@@ -55,11 +61,20 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     registry = metrics.Registry()
+    scope = DefaultCredentialScope.configure(
+        CONFIG.default_credentials_namespaces,
+        CONFIG.default_credentials_namespace_selector,
+        memo.get("namespaces") or (),
+    )
+    if CONFIG.default_token is not None or CONFIG.default_secret:
+        log.info("the default credentials serve %s", scope.describe())
     credentials = TokenRegistry(
         CONFIG,
         kubernetes_secret_getter(),
         observer=registry.observe_request,
         guard=kubernetes_secret_guard(),
+        scope=scope,
+        namespace_labels=kubernetes_namespace_labels() if scope.selector else None,
     )
     registry.budget_stats = credentials.budget_stats
     memo.metrics = registry
@@ -599,12 +614,18 @@ def _apply(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
 
 
 def _claimed_by(res: resource.ManagedRunnerResource, claims: Mapping[str, Any]) -> str | None:
-    """Another resource that holds, or first claimed, the same runner ID."""
+    """Another resource that holds, or first claimed, the same runner ID.
+
+    One in another namespace is not named: that is another team's resource (tenancy).
+    """
     entries = list(claims.get(res.spec.runner_id, ()))
     if not any(entry[3] != res.uid for entry in entries):
         return None
     first = min(entries)
-    return None if first[3] == res.uid else str(first[2])
+    if first[3] == res.uid:
+        return None
+    where = str(first[2])
+    return where if where.partition("/")[0] == res.namespace else "in another namespace"
 
 
 def _message(outcome: Outcome | None) -> str:

@@ -53,6 +53,7 @@ class Reason(StrEnum):
     CREDENTIALS_REJECTED = "CredentialsRejected"
     PERMISSION_DENIED = "PermissionDenied"
     CREDENTIALS_MISSING = "CredentialsMissing"
+    DEFAULT_CREDENTIALS_NOT_ALLOWED = "DefaultCredentialsNotAllowed"
     CREDENTIALS_SECRET_NOT_FOUND = "CredentialsSecretNotFound"
     CREDENTIALS_KEY_MISSING = "CredentialsKeyMissing"
     SECRET_NOT_FOUND = "SecretNotFound"
@@ -151,6 +152,10 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "CredentialsMissing": (
         (EVENT, READY, SYNCED, STALLED),
         "No credentials Secret on the resource and no operator default.",
+    ),
+    "DefaultCredentialsNotAllowed": (
+        (EVENT, READY, SYNCED, STALLED),
+        "The resource names no Secret and its namespace may not use the operator's default credentials.",
     ),
     "CredentialsSecretNotFound": (
         (EVENT, READY, SYNCED, STALLED),

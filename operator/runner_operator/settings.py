@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from runner_operator import tenancy
+
 DEFAULT_ENDPOINT = "https://api.coreweave.com"
 
 
@@ -24,6 +26,11 @@ class Settings(BaseModel):
     # Secret reference "namespace/name[:key]" used when a ManagedRunner names no Secret.
     default_token: SecretStr | None = None
     default_secret: str | None = None
+    # Which namespaces may use those defaults (runner_operator.tenancy): comma-separated names
+    # ("*" for every namespace) and/or a label selector on the Namespace. Neither: the namespaces
+    # given to `run -n`, or none when watching the whole cluster.
+    default_credentials_namespaces: str | None = None
+    default_credentials_namespace_selector: str | None = None
     request_timeout: float = Field(default=10.0, gt=0)
     retry_budget: float = Field(default=10.0, ge=0)
     requests_per_second: float = Field(default=10.0, gt=0)
@@ -45,6 +52,13 @@ class Settings(BaseModel):
     json_logs: bool = False
     # Prometheus /metrics on this port (0 turns it off); bind failures are logged, never fatal.
     metrics_port: int = Field(default=9090, ge=0, le=65535)
+
+    @field_validator("default_credentials_namespace_selector")
+    @classmethod
+    def _selector(cls, value: str | None) -> str | None:
+        if value:
+            tenancy.parse_selector(value)  # a typo fails at start-up, not as every runner's condition
+        return value or None
 
     @field_validator("api_endpoint")
     @classmethod

@@ -65,6 +65,17 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "rbac": {"secretNamespaces": ["team-a"]},
         "credentials": {"existingSecret": "coreweave-api"},
     },
+    "tenancy": {
+        "credentials": {
+            "existingSecret": "coreweave-api",
+            "namespaces": ["platform", "team-*"],
+            "namespaceSelector": "coreweave.com/default-credentials in (yes)",
+        },
+    },
+    "secrets-in-every-namespace": {
+        "rbac": {"secretsInEveryNamespace": True},
+        "credentials": {"existingSecret": "coreweave-api", "namespaces": ["*"]},
+    },
     "tuned": {
         "image": {"digest": "sha256:" + "a" * 64},
         "config": {"fastInterval": 0.5, "verbose": True, "jsonLogs": True},
@@ -74,6 +85,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# Cluster-wide mode with every rule it can grant (the opt-in Secrets rule included), as proved.
+CLUSTER_PROOF_VALUES: dict[str, Any] = {
+    "rbac": {"secretsInEveryNamespace": True},
+    "credentials": {"existingSecret": "api"},
+}
 # Namespaced mode with the default token Secret outside the watched namespaces (its own Role).
 NAMESPACED_PROOF_VALUES = {"watchNamespaces": ["team-a"], "credentials": {"existingSecret": "api"}}
 

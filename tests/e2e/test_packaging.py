@@ -270,6 +270,7 @@ APPLICATION = {
     ("", "secrets", "", "get"),
     ("", "secrets", "", "patch"),
 }
+SECRETS = {("", "secrets", "", "get"), ("", "secrets", "", "patch")}
 
 
 def decisions(kube: Kube, namespace: str, sa: str, where: str) -> set[tuple[str, str, str, str]]:
@@ -307,8 +308,34 @@ def test_service_account_may_do_exactly_what_the_operator_needs(
     docs = chart.render(values(sim, credentials={"existingSecret": "api"}), release=name, namespace=namespace)
     deployment, _ = install(kube, docs)
     sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-    # Cluster-wide: ManagedRunners, their status, Events and `get` on Secrets anywhere; nothing else.
-    assert decisions(kube, namespace, sa, other) == DISCOVERY | APPLICATION
+    # Cluster-wide by default: ManagedRunners, their status and Events anywhere; Secrets nowhere but
+    # the default token's, by name.
+    assert decisions(kube, namespace, sa, other) == DISCOVERY | APPLICATION - SECRETS
+    as_sa = f"--as=system:serviceaccount:{namespace}:{sa}"
+    assert kube.kubectl("auth", "can-i", "get", "secret/api", as_sa, "-n", namespace).stdout.strip() == "yes"
+    assert (
+        kube.kubectl("auth", "can-i", "get", "secret/x", as_sa, "-n", other, check=False).stdout.strip()
+        == "no"
+    )
+
+    # The wider mode, opted in: Secrets anywhere; and the namespace selector's `get` on namespaces.
+    name = f"r{uuid.uuid4().hex[:6]}"
+    wide = values(
+        sim,
+        credentials={"existingSecret": "api", "namespaceSelector": "team=a"},
+        rbac={"secretsInEveryNamespace": True},
+    )
+    deployment, _ = install(kube, chart.render(wide, release=name, namespace=namespace))
+    sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert decisions(kube, namespace, sa, other) == DISCOVERY | APPLICATION | {("", "namespaces", "", "get")}
+
+    # Secrets in listed namespaces only.
+    name, listed = f"r{uuid.uuid4().hex[:6]}", kube.new_namespace("pkg")
+    narrow = values(sim, credentials={"existingSecret": "api"}, rbac={"secretNamespaces": [listed]})
+    deployment, _ = install(kube, chart.render(narrow, release=name, namespace=namespace))
+    sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert decisions(kube, namespace, sa, listed) == DISCOVERY | APPLICATION
+    assert decisions(kube, namespace, sa, other) == DISCOVERY | APPLICATION - SECRETS
 
     name, watched = f"r{uuid.uuid4().hex[:6]}", kube.new_namespace("pkg")
     docs = chart.render(
@@ -387,6 +414,9 @@ def _prove(
             settings = values(sim, credentials={"existingSecret": "api"})
             if mode == "namespaced":
                 settings["watchNamespaces"] = [ns]
+            else:  # every cluster-wide rule, the opt-in Secrets one included; `b` uses the default token
+                settings.update(chart.CLUSTER_PROOF_VALUES)
+                settings["credentials"] = {**chart.CLUSTER_PROOF_VALUES["credentials"], "namespaces": [ns]}
             docs = chart.render(settings, release=release, namespace=namespace)
             grant = next((g for g in chart.grants(docs) if g.id == removed), None)
             assert (grant is None) == (removed is None), f"{removed} is not granted by the chart"
@@ -473,8 +503,13 @@ def _lifecycle_under_the_chart(
     kube.create_secret(namespace, "api", {"token": sim.token})
     ns = kube.new_namespace("pkg")
     kube.create_secret(ns, "coreweave-api", {"token": sim.token})
-    docs = chart.render(
-        values(sim, credentials={"existingSecret": "api"}, metrics={"enabled": True}),
+    docs = chart.render(  # the least Secret access that works: Secrets of `ns`, the default token for `ns`
+        values(
+            sim,
+            credentials={"existingSecret": "api", "namespaces": [ns]},
+            rbac={"secretNamespaces": [ns]},
+            metrics={"enabled": True},
+        ),
         release=name,
         namespace=namespace,
     )

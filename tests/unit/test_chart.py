@@ -176,7 +176,10 @@ def test_rbac_never_lists_secrets_nor_writes_beyond_status_finalizer_and_events(
 
 @pytest.mark.parametrize(
     ("values", "expected"),
-    [({}, chart.CLUSTER_GRANTS), (chart.NAMESPACED_PROOF_VALUES, chart.NAMESPACED_GRANTS)],
+    [
+        (chart.CLUSTER_PROOF_VALUES, chart.CLUSTER_GRANTS),
+        (chart.NAMESPACED_PROOF_VALUES, chart.NAMESPACED_GRANTS),
+    ],
     ids=["cluster", "namespaced"],
 )
 def test_every_rule_is_one_the_e2e_suite_removes(values: dict[str, Any], expected: list[str]) -> None:

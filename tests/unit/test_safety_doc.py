@@ -174,6 +174,31 @@ RULES: list[tuple[str, str, list[str]]] = [
             f"{E2E}::test_operator_started_while_the_api_server_is_down_serves_once_it_is_back",
         ],
     ),
+    (
+        "The default credential serves only the namespaces allowed to use it",
+        "The operator-wide default token acts for the whole organisation, so it is used only for "
+        "ManagedRunners in namespaces the configuration allows: "
+        "RUNNER_OPERATOR_DEFAULT_CREDENTIALS_NAMESPACES (names or globs, * for all) and/or a label "
+        "selector on the Namespace; with neither, the namespaces given to `run -n`, and none when the "
+        "operator watches the whole cluster. Anywhere else a ManagedRunner that names no Secret of its "
+        "own gets DefaultCredentialsNotAllowed before any read of the default Secret, so no API call is "
+        "made for it: it cannot create, adopt, update or delete through the default token, and a runner "
+        "it created earlier is neither changed nor deleted (its deletion waits, visibly). A namespace "
+        "whose labels cannot be read is not allowed. Messages name the namespace only, never who else "
+        "may use the token, and a runner ID claimed in another namespace is reported without that "
+        "resource's name.",
+        [
+            "tests/unit/test_tenancy.py::test_nothing_configured_cluster_wide_allows_no_namespace",
+            "tests/unit/test_tenancy.py::test_nothing_configured_allows_exactly_the_watched_namespaces",
+            "tests/unit/test_tenancy.py::test_the_selector_decides_where_the_list_does_not",
+            "tests/unit/core/test_default_credential_tenancy.py::"
+            "test_a_namespace_outside_the_list_is_refused_before_the_default_secret_is_read",
+            "tests/unit/core/test_default_credential_tenancy.py::test_a_namespace_that_cannot_be_read_is_not_allowed",
+            "tests/unit/core/test_default_credential_tenancy.py::test_a_claim_from_another_namespace_is_reported_without_its_name",
+            "tests/e2e/test_tenancy.py::test_a_namespace_not_allowed_cannot_create_adopt_or_delete_through_the_default",
+            "tests/e2e/test_tenancy.py::test_a_namespace_label_selector_allows_by_label",
+        ],
+    ),
 ]
 
 

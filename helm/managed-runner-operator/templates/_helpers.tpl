@@ -55,7 +55,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if include "mro.tokenSecretName" . }}
 {{- if .Values.watchNamespaces }}
 {{- if not (has .Release.Namespace .Values.watchNamespaces) }}true{{ end }}
-{{- else if .Values.rbac.secretNamespaces }}
+{{- else if not .Values.rbac.secretsInEveryNamespace }}
 {{- if not (has .Release.Namespace .Values.rbac.secretNamespaces) }}true{{ end }}
 {{- end }}
 {{- end }}

@@ -37,6 +37,7 @@ from runner_operator.credentials import TokenRegistry, kubernetes_secret_getter
 from runner_operator.settings import Settings
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, DEV_USER_TOKEN, SimulatorConfig, Timings
 from runner_operator.simulator.server import RunningServer, serve
+from runner_operator.tenancy import DefaultCredentialScope
 from tests.clock import FakeClock
 from tests.unit.builders import CLUSTER, T0, UNSET, ZONE, body, conds, context, fields, managed, signature
 from tests.unit.core.test_planning import READY, facts, runner
@@ -758,6 +759,12 @@ HANDLER: dict[str, tuple[dict[str, Any], Settings, GetterFor, str]] = {
         lambda _: secrets({}),
         "CredentialsSecretNotFound",
     ),
+    "default-credentials-not-allowed-here": (
+        {},
+        Settings(default_token=SecretStr("t"), default_credentials_namespaces="team-b"),
+        lambda _: secrets({}),
+        "DefaultCredentialsNotAllowed",
+    ),
     "credentials-key-missing": (
         CREDENTIALS,
         Settings(),
@@ -787,7 +794,12 @@ async def resolve_and_report(
     """What `handlers._with_credentials` does before any API call: resolve, and report a problem."""
     res = managed(**spec, status={"runnerId": "r1", "conditions": READY_BEFORE})
     try:
-        await TokenRegistry(settings, getter(monkeypatch)).resolve(res)
+        scope = DefaultCredentialScope.configure(
+            settings.default_credentials_namespaces,
+            settings.default_credentials_namespace_selector,
+            watched=[res.namespace],  # as `run -n <its namespace>`
+        )
+        await TokenRegistry(settings, getter(monkeypatch), scope=scope).resolve(res)
     except outcomes.CredentialsProblem as exc:
         return reconciling.failed(res, context(), exc)
     raise AssertionError("the credentials resolved")
