@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
 from runner_operator.cloud.client import CloudClient
+
+LEADERSHIP_LOST = 75
+"""Exit status after losing the Lease (EX_TEMPFAIL): the Deployment restarts the pod as a standby."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,15 +139,37 @@ def _run(args: argparse.Namespace) -> int:
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON if json_logs else kopf.LogFormat.FULL)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("kopf.objects").addFilter(_QuietTimers())
-    kopf.run(
-        standalone=args.peering is None,
-        peering_name=args.peering,
-        namespaces=args.namespace or (),
-        clusterwide=not args.namespace,
-        liveness_endpoint=args.liveness,
-        memo=kopf.Memo(watched_namespaces=len(args.namespace), namespaces=tuple(args.namespace)),
-    )
+
+    def operate() -> None:
+        kopf.run(
+            standalone=args.peering is None,
+            peering_name=args.peering,
+            namespaces=args.namespace or (),
+            clusterwide=not args.namespace,
+            liveness_endpoint=args.liveness,
+            memo=kopf.Memo(watched_namespaces=len(args.namespace), namespaces=tuple(args.namespace)),
+        )
+
+    config = settings.load()
+    if not config.leader_election:
+        operate()
+        return 0
+    from runner_operator import leader
+
+    leader.load_kube_config()
+    elector = leader.from_settings(config)
+    with leader.standby_health(args.liveness, elector):
+        elector.acquire()
+    with elector.holding(on_lost=_stop_acting):
+        operate()
     return 0
+
+
+def _stop_acting(why: str) -> None:
+    """Leadership lost: exit now, before the Lease can expire for another replica (no two writers)."""
+    logging.getLogger("runner_operator.leader").critical("leader election: lost (%s); exiting", why)
+    logging.shutdown()
+    os._exit(LEADERSHIP_LOST)
 
 
 class _QuietTimers(logging.Filter):

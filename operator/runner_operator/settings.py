@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from runner_operator import tenancy
+from runner_operator import leases, tenancy
 
 DEFAULT_ENDPOINT = "https://api.coreweave.com"
 
@@ -50,6 +50,14 @@ class Settings(BaseModel):
     # How long the start waits for the API server to serve ManagedRunners before giving up.
     startup_timeout: float = Field(default=300.0, gt=0)
     json_logs: bool = False
+    # Leader election on a coordination.k8s.io/v1 Lease (runner_operator.leases): any number of
+    # replicas, one acts. The namespace defaults to the pod's own; the timings to controller-runtime's.
+    leader_election: bool = False
+    leader_election_namespace: str | None = None
+    leader_election_lease: str = "managed-runner-operator"
+    leader_election_lease_duration: float = Field(default=15.0, gt=0)
+    leader_election_renew_deadline: float = Field(default=10.0, gt=0)
+    leader_election_retry_period: float = Field(default=2.0, gt=0)
     # Prometheus /metrics on this port (0 turns it off); bind failures are logged, never fatal.
     metrics_port: int = Field(default=9090, ge=0, le=65535)
 
@@ -59,6 +67,15 @@ class Settings(BaseModel):
         if value:
             tenancy.parse_selector(value)  # a typo fails at start-up, not as every runner's condition
         return value or None
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> Settings:
+        leases.Timing(  # the start fails with the reason, rather than a leader that can lose the Lease
+            self.leader_election_lease_duration,
+            self.leader_election_renew_deadline,
+            self.leader_election_retry_period,
+        )
+        return self
 
     @field_validator("api_endpoint")
     @classmethod

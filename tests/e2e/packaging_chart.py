@@ -41,6 +41,8 @@ CLUSTER_GRANTS = [
     "cluster:events:create",
     "cluster:secrets:get",
     "cluster:secrets:patch",
+    "ns:leases:create",
+    "ns-named:leases:get,update",
 ]
 NAMESPACED_GRANTS = [
     "cluster:customresourcedefinitions:list,watch",
@@ -51,6 +53,8 @@ NAMESPACED_GRANTS = [
     "ns:secrets:get",
     "ns:secrets:patch",
     "ns-named:secrets:get",
+    "ns:leases:create",
+    "ns-named:leases:get,update",
 ]
 # Value sets that `helm lint`, `helm template` and the API server must all accept.
 VALUE_SETS: dict[str, dict[str, Any]] = {

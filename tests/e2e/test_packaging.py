@@ -350,8 +350,23 @@ def test_service_account_may_do_exactly_what_the_operator_needs(
     assert decisions(kube, namespace, sa, watched) == DISCOVERY | namespaces | APPLICATION
     # ...and only discovery elsewhere; in its own namespace, `get` on the token Secret by name.
     assert decisions(kube, namespace, sa, other) == DISCOVERY | namespaces
-    assert decisions(kube, namespace, sa, namespace) == DISCOVERY | namespaces
+    # In the release namespace, also leader election: create a Lease; get and update its own by name.
+    leases = {("coordination.k8s.io", "leases", "", "create")}
+    assert decisions(kube, namespace, sa, namespace) == DISCOVERY | namespaces | leases
     as_sa = f"--as=system:serviceaccount:{namespace}:{sa}"
+    lease = deployment["metadata"]["name"]
+    for verb in ("get", "update"):
+        mine = kube.kubectl(
+            "auth", "can-i", verb, f"leases.coordination.k8s.io/{lease}", as_sa, "-n", namespace
+        )
+        assert mine.stdout.strip() == "yes"
+        other_lease = f"leases.coordination.k8s.io/{lease}-other"
+        assert (
+            kube.kubectl(
+                "auth", "can-i", verb, other_lease, as_sa, "-n", namespace, check=False
+            ).stdout.strip()
+            == "no"
+        )
     assert kube.kubectl("auth", "can-i", "get", "secret/api", as_sa, "-n", namespace).stdout.strip() == "yes"
     other_secret = kube.kubectl("auth", "can-i", "get", "secret/other", as_sa, "-n", namespace, check=False)
     assert other_secret.stdout.strip() == "no"

@@ -23,7 +23,15 @@ from tests.e2e.packaging_chart import ROOT, VALUE_SETS, find, one, render
 
 # Bad values and the message a user sees.
 INVALID: dict[str, tuple[dict[str, Any], str]] = {
-    "typo-at-top-level": ({"replicaCount": 2}, "additional properties 'replicaCount' not allowed"),
+    "typo-at-top-level": ({"replicas": 2}, "additional properties 'replicas' not allowed"),
+    "replicas-without-leader-election": (
+        {"replicaCount": 2, "leaderElection": {"enabled": False}},
+        "replicaCount > 1 needs leaderElection.enabled",
+    ),
+    "lease-timings": (
+        {"leaderElection": {"renewDeadline": 20}},
+        "leaseDuration > renewDeadline > retryPeriod",
+    ),
     "namespace-pattern": ({"watchNamespaces": ["team-*"]}, "at '/watchNamespaces/0'"),
     "pull-policy": ({"image": {"pullPolicy": "Sometimes"}}, "value must be one of 'Always', 'IfNotPresent'"),
     "endpoint-without-scheme": ({"apiEndpoint": "api.coreweave.com"}, "at '/apiEndpoint'"),
@@ -45,6 +53,8 @@ INVALID: dict[str, tuple[dict[str, Any], str]] = {
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
 # The only writes the operator may make: the finalizer (a patch of the resource), status, Events.
 ALLOWED_WRITES = {
+    ("leases", "create"),  # leader election: its own Lease (get/update by name only)
+    ("leases", "update"),
     ("managedrunners", "patch"),
     ("managedrunners/status", "patch"),
     ("events", "create"),
@@ -103,11 +113,19 @@ def test_the_chart_crd_is_the_crds_file(tmp_path: Path) -> None:
         assert member.read() == (ROOT / "crds" / crd).read_bytes()
 
 
-def test_pod_is_hardened_and_single_instance() -> None:
+def test_pod_is_hardened_and_elects_a_leader() -> None:
     deployment = one(render(), "Deployment")
     spec = deployment["spec"]
     assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    env = {e["name"]: e for e in spec["template"]["spec"]["containers"][0]["env"]}
+    assert env["RUNNER_OPERATOR_LEADER_ELECTION"]["value"] == "true"
+    assert env["RUNNER_OPERATOR_LEADER_ELECTION_NAMESPACE"]["value"] == "runner-operator"
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert not find(render(), "PodDisruptionBudget")  # one replica: a PDB would block every drain
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
@@ -134,6 +152,27 @@ def test_pod_is_hardened_and_single_instance() -> None:
     assert mounts == {"/tmp"}
 
 
+def test_replicas_get_a_disruption_budget_and_without_election_recreate() -> None:
+    docs = render({"replicaCount": 3})
+    assert one(docs, "Deployment")["spec"]["replicas"] == 3
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert (
+        pdb["spec"]["selector"]["matchLabels"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    )
+    single = render({"leaderElection": {"enabled": False}})
+    deployment = one(single, "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    env = {e["name"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert not {n for n in env if "LEADER" in n}
+    assert not [r for r in find(single, "Role") if "leases" in str(r["rules"])]
+
+
+def own_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Roles for ManagedRunners and Secrets (not the leader-election one)."""
+    return [r for r in find(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
+
+
 def test_namespaced_mode_grants_nothing_cluster_wide_but_discovery() -> None:
     docs = render(VALUE_SETS["namespaced"], namespace="ops")
     (cluster_role,) = find(docs, "ClusterRole")
@@ -141,9 +180,11 @@ def test_namespaced_mode_grants_nothing_cluster_wide_but_discovery() -> None:
         (("customresourcedefinitions",), ("list", "watch")),
         (("namespaces",), ("list", "watch")),
     }
-    roles = find(docs, "Role")
+    roles = own_roles(docs)
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["ops", "team-a", "team-b"]
-    bindings = find(docs, "RoleBinding")
+    bindings = [
+        b for b in find(docs, "RoleBinding") if not b["metadata"]["name"].endswith("-leader-election")
+    ]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["ops", "team-a", "team-b"]
     token_role = next(r for r in roles if r["metadata"]["namespace"] == "ops")
     assert token_role["rules"] == [
@@ -155,7 +196,7 @@ def test_namespaced_mode_grants_nothing_cluster_wide_but_discovery() -> None:
 
 def test_token_secret_readable_through_a_watched_namespace_needs_no_extra_role() -> None:
     docs = render({"watchNamespaces": ["ops"], "credentials": {"existingSecret": "cw-api"}}, namespace="ops")
-    assert [r["metadata"]["namespace"] for r in find(docs, "Role")] == ["ops"]
+    assert [r["metadata"]["namespace"] for r in own_roles(docs)] == ["ops"]
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)

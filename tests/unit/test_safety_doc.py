@@ -199,6 +199,26 @@ RULES: list[tuple[str, str, list[str]]] = [
             "tests/e2e/test_tenancy.py::test_a_namespace_label_selector_allows_by_label",
         ],
     ),
+    (
+        "Two operators never act at once",
+        "Replicas elect a leader on a coordination.k8s.io/v1 Lease and only the leader runs the "
+        "operator; a standby starts nothing. A standby takes the Lease only once its record has not "
+        "changed for the whole lease duration, timed by its own clock from when it first saw that "
+        "record, or at once when the Lease was released. The leader renews every retry period and exits "
+        "(status 75) as soon as it sees another holder or has not renewed for the renew deadline, which "
+        "must be shorter than the lease duration, so it has stopped before anyone else may start. Every "
+        "write of the Lease carries the resourceVersion that was read, so two candidates never both win."
+        " A clean stop hands the Lease over.",
+        [
+            "tests/unit/test_leases.py::test_age_counts_from_when_this_process_first_saw_the_record",
+            "tests/unit/test_leases.py::test_timings_that_could_let_two_act_are_refused",
+            "tests/unit/test_leader.py::test_a_partitioned_leader_stops_before_a_standby_may_start",
+            "tests/unit/test_leader.py::test_two_standbys_racing_for_an_expired_lease_cannot_both_win",
+            "tests/unit/test_leader.py::test_a_leader_that_sees_another_holder_gives_up_at_once",
+            "tests/e2e/test_leader_election.py::test_the_standby_takes_over_and_every_write_happens_once",
+            "tests/e2e/test_leader_election.py::test_a_leader_that_sees_another_holder_exits",
+        ],
+    ),
 ]
 
 

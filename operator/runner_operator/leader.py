@@ -1,0 +1,316 @@
+"""Leader election for `runner-operator run`: wait for the Lease, keep it, or stop acting.
+
+A standby does not start kopf at all (no watch, no finalizer, no status write): it reads the Lease
+every retry period and answers the health probe. Once it holds the Lease it starts the operator,
+and a thread renews the Lease beside it. If a renewal has not succeeded for the renew deadline, or
+the Lease shows another holder, the process exits at once (the Deployment restarts it as a
+standby): it stops before the Lease expires for anyone else. A clean stop hands the Lease over.
+Decisions are `runner_operator.leases`; this module reads, writes and keeps time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import http.server
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from runner_operator import leases
+from runner_operator.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class Conflict(Exception):
+    """Someone else wrote the Lease since it was read (or created it first)."""
+
+
+class LeaseStore(Protocol):
+    def read(self) -> tuple[leases.Record, str] | None:
+        """The Lease's record and resourceVersion, or None when there is no Lease."""
+
+    def create(self, record: leases.Record) -> str: ...
+
+    def update(self, record: leases.Record, version: str) -> str:
+        """Write `record` if the Lease is still at `version` (else Conflict); the new version."""
+
+
+@dataclass
+class KubernetesLeases:
+    """The Lease `namespace/name` through the official client, each call bounded by `timeout`."""
+
+    namespace: str
+    name: str
+    api: Any = None
+    timeout: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.api is None:
+            from kubernetes import client
+
+            self.api = client.CoordinationV1Api()
+
+    def read(self) -> tuple[leases.Record, str] | None:
+        from kubernetes import client
+
+        try:
+            found = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.timeout)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        spec = found.spec
+        record = leases.Record(
+            holder=spec.holder_identity or "",
+            lease_duration=int(spec.lease_duration_seconds or 0),
+            acquire_time=spec.acquire_time,
+            renew_time=spec.renew_time,
+            transitions=int(spec.lease_transitions or 0),
+        )
+        return record, str(found.metadata.resource_version)
+
+    def create(self, record: leases.Record) -> str:
+        from kubernetes import client
+
+        body = {"metadata": {"name": self.name, "namespace": self.namespace}, "spec": _spec(record)}
+        try:
+            made = self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
+        except client.ApiException as exc:
+            if exc.status == 409:
+                raise Conflict("the Lease was created by someone else") from None
+            raise
+        return str(made.metadata.resource_version)
+
+    def update(self, record: leases.Record, version: str) -> str:
+        from kubernetes import client
+
+        body = {
+            "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": version},
+            "spec": _spec(record),
+        }
+        try:
+            done = self.api.replace_namespaced_lease(
+                self.name, self.namespace, body, _request_timeout=self.timeout
+            )
+        except client.ApiException as exc:
+            if exc.status == 409:
+                raise Conflict("the Lease changed since it was read") from None
+            raise
+        return str(done.metadata.resource_version)
+
+
+def _spec(record: leases.Record) -> dict[str, Any]:
+    def stamp(at: datetime.datetime | None) -> str | None:
+        return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if at else None
+
+    return {
+        "holderIdentity": record.holder or None,
+        "leaseDurationSeconds": record.lease_duration,
+        "acquireTime": stamp(record.acquire_time),
+        "renewTime": stamp(record.renew_time),
+        "leaseTransitions": record.transitions,
+    }
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+@dataclass
+class Elector:
+    """One candidate: acquire (blocking), then keep the Lease in a thread, then release it."""
+
+    store: LeaseStore
+    identity: str
+    timing: leases.Timing = field(default_factory=leases.Timing)
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], datetime.datetime] = _now
+    _seen: leases.Seen | None = None
+    _version: str = ""
+    renewed_at: float | None = None
+    """when this process last wrote the Lease as its holder (monotonic), None while a standby."""
+    read_at: float | None = None
+    """when the Lease was last read successfully: a standby is healthy while this is recent."""
+
+    def try_once(self) -> bool:
+        """Read the Lease and, if it is free or ours, write ourselves in. Whether we hold it now."""
+        try:
+            found = self.store.read()
+            now = self.clock()
+            self.read_at = now
+            self._seen = leases.observe(self._seen, found[0] if found else None, now)
+            wanted = leases.claim(self._seen, self.identity, now, self.wall(), self.timing)
+            if wanted is None:
+                return False
+            self._version = self.store.update(wanted, found[1]) if found else self.store.create(wanted)
+        except Conflict as exc:
+            log.debug("leader election: %s", exc)
+            return False
+        except Exception as exc:  # the API server is unreachable or refuses: try again next period
+            log.warning("leader election: %s", _describe(exc))
+            return False
+        self._seen = leases.observe(self._seen, wanted, self.clock())
+        self.renewed_at = self.clock()
+        return True
+
+    def holder(self) -> str:
+        return self._seen.record.holder if self._seen and self._seen.record else ""
+
+    def acquire(self, stop: threading.Event | None = None) -> bool:
+        """Wait until this candidate holds the Lease (False if `stop` was set first)."""
+        stop = stop or threading.Event()
+        announced = ""
+        while not stop.is_set():
+            if self.try_once():
+                log.info("leader election: %s holds the Lease; starting", self.identity)
+                return True
+            if self.holder() and self.holder() != announced:
+                announced = self.holder()
+                log.info("leader election: standby, the Lease is held by %s", announced)
+            seen = self._seen or leases.Seen(None, self.clock())
+            stop.wait(leases.wait_before_retry(seen, self.identity, self.clock(), self.timing))
+        return False
+
+    def keep(self, on_lost: Callable[[str], None], stop: threading.Event) -> None:
+        """Renew every retry period until `stop`; call `on_lost` once renewal fails for good."""
+        while not stop.wait(self.timing.retry_period):
+            why = self.renew_once()
+            if why is not None:
+                on_lost(why)
+                return
+
+    def renew_once(self) -> str | None:
+        """One renewal; why leadership is lost (another holder, or past the renew deadline), or None.
+
+        The call to the API is bounded by what is left of the deadline, so a hung request cannot
+        keep this process acting past it."""
+        left = (self.renewed_at or 0.0) + self.timing.renew_deadline - self.clock()
+        if isinstance(self.store, KubernetesLeases):
+            self.store.timeout = max(0.1, min(self.timing.retry_period, left))
+        if self.try_once():
+            return None
+        if self.holder() and self.holder() != self.identity:
+            return f"the Lease is now held by {self.holder()}"
+        if self.clock() - (self.renewed_at or 0.0) >= self.timing.renew_deadline:
+            return f"the Lease was not renewed for {self.timing.renew_deadline:g} s"
+        return None
+
+    @contextlib.contextmanager
+    def holding(self, on_lost: Callable[[str], None]) -> Iterator[None]:
+        """Keep the Lease in a thread for the duration of the block; hand it over at the end."""
+        stop = threading.Event()
+        keeper = threading.Thread(target=self.keep, args=(on_lost, stop), name="lease-renewal", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            keeper.join(self.timing.retry_period + 5)
+            self.release()
+
+    def release(self) -> None:
+        """Hand the Lease over at once, if it is still ours (a standby then takes it on its next read)."""
+        try:
+            found = self.store.read()
+            if found is None:
+                return
+            record = leases.released(found[0], self.identity, self.wall())
+            if record is not None:
+                self.store.update(record, found[1])
+                log.info("leader election: released the Lease")
+        except Exception as exc:  # it expires on its own anyway
+            log.warning("leader election: could not release the Lease: %s", _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    """One line, with the API server's reason (a 403 names the verb and resource) but no headers."""
+    status = getattr(exc, "status", None)
+    if status is None:
+        return f"{type(exc).__name__}: {exc}"
+    body = getattr(exc, "body", None)
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    with contextlib.suppress(ValueError, AttributeError):
+        text = str(json.loads(text).get("message") or text)
+    return f"HTTP {status}: {text}"
+
+
+def load_kube_config() -> None:
+    """In-cluster config first, then the kubeconfig (as the handlers' clients do)."""
+    from kubernetes import config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+
+
+def identity() -> str:
+    """The pod's name (or the host's) and a random suffix: a restarted pod is a new candidate."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def lease_namespace(config: Settings) -> str:
+    if config.leader_election_namespace:
+        return config.leader_election_namespace
+    if SERVICE_ACCOUNT_NAMESPACE.exists():
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return "default"
+
+
+def from_settings(config: Settings) -> Elector:
+    """An elector on the configured Lease (the kubeconfig must be loaded already)."""
+    timing = leases.Timing(
+        config.leader_election_lease_duration,
+        config.leader_election_renew_deadline,
+        config.leader_election_retry_period,
+    )
+    store = KubernetesLeases(
+        lease_namespace(config), config.leader_election_lease, timeout=timing.retry_period
+    )
+    return Elector(store, identity(), timing)
+
+
+@contextlib.contextmanager
+def standby_health(liveness: str | None, elector: Elector) -> Iterator[None]:
+    """Answer the liveness/readiness probe while waiting for the Lease (kopf serves it once it runs):
+    200 while the Lease was read within its duration (a healthy standby), 503 otherwise."""
+    if not liveness:
+        yield
+        return
+    url = urlparse(liveness)
+
+    class Probe(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            recent = (
+                elector.read_at is not None
+                and elector.clock() - elector.read_at < elector.timing.lease_duration
+            )
+            ok = self.path.split("?")[0] == (url.path or "/") and recent
+            self.send_response(200 if ok else 503)
+            self.end_headers()
+            self.wfile.write(b"standby\n" if ok else b"not ready\n")
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer((url.hostname or "0.0.0.0", url.port or 80), Probe)
+    thread = threading.Thread(target=server.serve_forever, name="standby-health", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
