@@ -21,6 +21,7 @@ LEADERSHIP_LOST = 75
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="runner-operator", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser(
@@ -163,6 +164,16 @@ def _run(args: argparse.Namespace) -> int:
     with elector.holding(on_lost=_stop_acting):
         operate()
     return 0
+
+
+def version() -> str:
+    """The installed distribution's version (what `pip show managed-runner-operator` says)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("managed-runner-operator")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing it
+        return "0+unknown"
 
 
 def _stop_acting(why: str) -> None:

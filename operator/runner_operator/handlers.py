@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import logging
 import random
+import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,6 +43,8 @@ INTERVALS = cadence.Intervals(fast=CONFIG.fast_interval, resync=CONFIG.resync_in
 
 log = logging.getLogger(__name__)
 
+EVENT_SOURCE = "managed-runner-operator"
+
 KUBE_RETRY_BACKOFFS = (1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 60, 60, 60, 60, 60)
 """Seconds between kopf's retries of a failed Kubernetes request (about 7 minutes in all).
 
@@ -57,6 +60,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
     settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field="status.kopf.lastHandled")
     settings.posting.loggers = False
+    # `kubectl describe` shows Events "From: managed-runner-operator", not "kopf".
+    settings.posting.reporting_component = EVENT_SOURCE
+    settings.posting.reporting_instance = socket.gethostname()
+    settings.posting.event_name_prefix = "managed-runner-"
     settings.networking.error_backoffs = KUBE_RETRY_BACKOFFS
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330

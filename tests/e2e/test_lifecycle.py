@@ -155,6 +155,10 @@ def test_drift_is_corrected_and_out_of_band_deletion_recreated(
     )
     events = kube.kubectl("get", "events", "-n", ns, "-o", "jsonpath={.items[*].reason}").stdout.split()
     assert "DriftCorrected" in events
+    sources = kube.kubectl(
+        "get", "events", "-n", ns, "-o", "jsonpath={.items[*].source.component}"
+    ).stdout.split()
+    assert set(sources) == {"managed-runner-operator"}  # `kubectl describe`: "From: managed-runner-operator"
 
     sim.control("DELETE", f"/runners/{runner_id}")
     wait_for(

@@ -32,3 +32,24 @@ def test_only_the_cli_and_the_handlers_may_know_kopf() -> None:
     named = {m.strip() for layer in layers["layers"] for m in layer.split("|")}
     kopf_free = set(contract("Only the handler layer and the CLI know kopf")["source_modules"])
     assert {f"runner_operator.{m}" for m in named - {"cli", "handlers"}} == kopf_free
+
+
+def test_every_setting_is_in_the_readme_table() -> None:
+    """Each RUNNER_OPERATOR_* variable is documented (a `/ _SUFFIX` cell documents a sibling)."""
+    from runner_operator.settings import Settings
+
+    readme = (ROOT / "README.md").read_text()
+    missing = []
+    for name in Settings.model_fields:
+        variable = f"RUNNER_OPERATOR_{name.upper()}"
+        if f"`{variable}`" in readme:
+            continue
+        siblings = [f"`_{variable[len(prefix) + 1 :]}`" for prefix in _prefixes(variable)]
+        if not any(s in readme for s in siblings):
+            missing.append(variable)
+    assert not missing, f"README's environment table lacks {missing}"
+
+
+def _prefixes(variable: str) -> list[str]:
+    parts = variable.split("_")
+    return ["_".join(parts[:i]) for i in range(2, len(parts))]
