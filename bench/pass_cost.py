@@ -31,6 +31,7 @@ from runner_operator.cloud.cache import RunnerCache  # noqa: E402
 from runner_operator.cloud.client import CloudClient  # noqa: E402
 from runner_operator.cloud.runners import Runners  # noqa: E402
 from runner_operator.quiet import QuietPasses  # noqa: E402
+from runner_operator.resource import FINALIZER  # noqa: E402
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, SimulatorConfig, Timings  # noqa: E402
 from runner_operator.simulator.server import serve  # noqa: E402
 
@@ -47,7 +48,14 @@ async def measure(passes: int) -> dict[str, float]:
         CloudClient(srv.url, DEV_ADMIN_TOKEN, budget=roomy) as client,
     ):
         spec = yaml.safe_load((ROOT / "examples" / "managedrunner.yaml").read_text())["spec"]
-        meta = {"name": "r", "namespace": "ns", "uid": "u-1", "generation": 1, "resourceVersion": "7"}
+        meta = {
+            "name": "r",
+            "namespace": "ns",
+            "uid": "u-1",
+            "generation": 1,
+            "resourceVersion": "7",
+            "finalizers": [FINALIZER],
+        }
         body: dict[str, Any] = {"metadata": meta, "spec": spec, "status": {}}
         start = datetime.now(UTC)
         for i in range(20):  # create it and let it become Ready

@@ -35,7 +35,7 @@ from runner_operator.reconciling import CredentialsProblem, Outcome
 from runner_operator.tenancy import DefaultCredentialScope
 
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
-FINALIZER = f"{GROUP}/finalizer"
+FINALIZER = resource.FINALIZER
 
 # kopf reads decorator arguments at import time, so the cadence comes from the environment now.
 CONFIG = settings.load()

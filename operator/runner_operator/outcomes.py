@@ -473,9 +473,10 @@ def _waiting(
             stalled = status.condition(conditions.STALLED)
             events.append(Event("Warning", Reason.DELETION_STALLED, str(stalled and stalled.message)))
         return Outcome(status, tuple(events))
-    if reason == "Replacing":
+    if reason in (Reason.REPLACING, Reason.AWAITING_FINALIZER):
         # The old runner's decommission: neither the new runner (absent) nor the old one (DELETING,
-        # read as an out-of-band deletion) says what is going on; the wait itself does.
+        # read as an out-of-band deletion) says what is going on; the wait itself does. Likewise the
+        # moment before the finalizer is on the resource.
         status = _status(
             res,
             ctx,

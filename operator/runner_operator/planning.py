@@ -51,6 +51,8 @@ class Facts:
     """the runner, other than the one being replaced, that holds the desired cluster (replacements only)."""
     seen_created: datetime | None = None
     """the creation time of the runner this resource holds, as last seen (status.createTime)."""
+    protected: bool = True
+    """the resource carries the operator's finalizer (its deletion will wait for a decommission)."""
 
 
 def absence_needs_proof(
@@ -160,8 +162,25 @@ Action = (
 )
 
 
+AWAITING_FINALIZER = "waiting for the finalizer to be on the resource before acting"
+BINDS = (Create, Adopt, Bind)
+"""Actions after which the resource holds a runner: its deletion must then wait for the decommission."""
+
+
 def plan(facts: Facts) -> Action:
-    """Choose the next step; see the module docstring."""
+    """Choose the next step; see the module docstring.
+
+    Nothing is created, adopted or bound for a resource that does not carry the finalizer yet: kopf
+    adds it in the same cycle that starts the first pass, and a resource deleted before it lands
+    would go at once, leaving its runner behind. Reserving the create key is only a status write.
+    """
+    action = _plan(facts)
+    if not facts.protected and not facts.deleting and isinstance(action, BINDS):
+        return Wait(Reason.AWAITING_FINALIZER, AWAITING_FINALIZER)
+    return action
+
+
+def _plan(facts: Facts) -> Action:
     if facts.deleting:
         return _plan_deletion(facts)
     if facts.held_id:

@@ -33,6 +33,7 @@ class Reason(StrEnum):
     REPLACING = "Replacing"
     AVAILABLE = "Available"
     CREATING = "Creating"
+    AWAITING_FINALIZER = "AwaitingFinalizer"
     ADOPTING = "Adopting"
     UPDATING = "Updating"
     INSTALLING = "Installing"
@@ -113,6 +114,10 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "Ready: installed, connected, at the target revision, in sync with this generation.",
     ),
     "Creating": ((READY,), "The create is being prepared or sent."),
+    "AwaitingFinalizer": (
+        (READY,),
+        "Nothing is created or adopted until the resource carries the operator's finalizer (a moment).",
+    ),
     "Adopting": ((READY,), "Adopted; the spec is being applied."),
     "Updating": ((READY,), "Changes were just sent."),
     "Installing": ((READY,), "CoreWeave is installing the runner (PENDING or PROVISIONING)."),

@@ -165,6 +165,7 @@ async def _reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: C
             credential_changed=credential_changed,
             reserved_at=_parse_time(res.status.get("createRequestedTime")),
             seen_created=_parse_time(res.status.get("createTime")),
+            protected=res.protected,
         )
         if not res.deleting and _may_replace(facts):
             facts = dataclasses.replace(facts, cluster_holder=await cloud.cluster_holder(res.spec.cluster_id))

@@ -426,6 +426,10 @@ class ManagedRunnerSpec(K8sModel):
         return frozenset(names)
 
 
+FINALIZER = "sandbox.coreweave.com/finalizer"
+"""The operator's finalizer on each ManagedRunner: its deletion waits for the runner's decommission."""
+
+
 class ManagedRunnerResource(BaseModel):
     """One ManagedRunner object as the operator sees it; `status` is kept verbatim (the operator owns it)."""
 
@@ -438,6 +442,8 @@ class ManagedRunnerResource(BaseModel):
     deletion_timestamp: str | None = None
     resource_version: str | None = None
     """changes with any write to the object (spec, status or metadata)."""
+    protected: bool = True
+    """the object carries FINALIZER, so deleting it will wait for the decommission."""
     spec: ManagedRunnerSpec
     status: dict[str, Any] = Field(default_factory=dict)
 
@@ -456,6 +462,7 @@ class ManagedRunnerResource(BaseModel):
             generation=metadata.get("generation"),
             deletion_timestamp=metadata.get("deletionTimestamp"),
             resource_version=metadata.get("resourceVersion"),
+            protected=FINALIZER in (metadata.get("finalizers") or ()),
             spec=ManagedRunnerSpec.model_validate(body.get("spec") or {}),
             status=dict(body.get("status") or {}),
         )

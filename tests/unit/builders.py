@@ -25,7 +25,13 @@ def body(
     **spec: Any,
 ) -> dict[str, Any]:
     """A ManagedRunner body as kopf hands it over; `spec` keys are camelCase."""
-    metadata: dict[str, Any] = {"name": "r", "namespace": "ns", "uid": "u-1", "generation": generation}
+    metadata: dict[str, Any] = {
+        "name": "r",
+        "namespace": "ns",
+        "uid": "u-1",
+        "generation": generation,
+        "finalizers": [resource.FINALIZER],  # kopf adds it before (or as) the first pass runs
+    }
     if deleting:
         metadata["deletionTimestamp"] = "2026-12-02T11:59:00Z"
     return {

@@ -219,6 +219,21 @@ RULES: list[tuple[str, str, list[str]]] = [
             "tests/e2e/test_leader_election.py::test_a_leader_that_sees_another_holder_exits",
         ],
     ),
+    (
+        "Nothing is created before the finalizer is on the resource",
+        "kopf starts an object's first pass in the same cycle in which it adds the finalizer, and a "
+        "ManagedRunner deleted before the finalizer lands is gone at once. So no runner is created, "
+        "adopted or bound for a resource that does not carry the operator's finalizer yet: the pass "
+        "reserves the create key (a status write only) and waits (AwaitingFinalizer), and the next pass,"
+        " which sees the finalizer, goes on. A deletion never waits for it.",
+        [
+            "tests/unit/core/test_planning.py::test_plan[without-the-finalizer-nothing-is-created]",
+            "tests/unit/core/test_planning.py::test_plan[without-the-finalizer-nothing-is-adopted]",
+            "tests/unit/core/test_planning.py::test_plan[a-deletion-does-not-wait-for-the-finalizer]",
+            "tests/unit/core/test_planning_properties.py::test_planner_invariants",
+            "tests/unit/core/test_creation_reads.py::test_nothing_is_created_before_the_finalizer_is_on_the_resource",
+        ],
+    ),
 ]
 
 

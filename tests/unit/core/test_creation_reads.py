@@ -17,6 +17,7 @@ from runner_operator import planning, reconciling, resource
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.runners import Runners
+from runner_operator.resource import FINALIZER
 from runner_operator.simulator.server import RunningServer
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -29,7 +30,13 @@ class Object:
 
     def __init__(self, cloud: CloudClient, start: datetime = T0, **spec: Any) -> None:
         self.body: dict[str, Any] = {
-            "metadata": {"name": "r", "namespace": "ns", "uid": "u-1", "generation": 1},
+            "metadata": {
+                "name": "r",
+                "namespace": "ns",
+                "uid": "u-1",
+                "generation": 1,
+                "finalizers": [FINALIZER],
+            },
             "spec": {**IDENTITY, "policy": {}, **spec},
             "status": {},
         }
@@ -78,6 +85,26 @@ def test_which_absence_needs_the_apis_own_not_found(
         replacing=replacing,
     )
     assert got == needs_proof
+
+
+async def test_nothing_is_created_before_the_finalizer_is_on_the_resource(
+    server: RunningServer, cloud: CloudClient
+) -> None:
+    """kopf starts the first pass in the cycle that adds the finalizer; a resource deleted before the
+    finalizer lands would go at once, so a runner created meanwhile would be left behind."""
+    obj = Object(cloud)
+    obj.body["metadata"]["finalizers"] = []
+    await obj.step()
+    assert obj.body["status"]["createRequestId"]  # reserving the key is only a status write
+    for _ in range(3):
+        waited = await obj.step()
+        assert waited.calls == ()
+        ready = waited.status.condition("Ready")
+        assert ready is not None
+        assert ready.reason == "AwaitingFinalizer"
+    assert calls(server)["create"] == 0
+    obj.body["metadata"]["finalizers"] = [FINALIZER]
+    assert (await obj.step()).calls == ("create",)
 
 
 async def test_a_creation_costs_a_get_a_create_and_a_share_of_a_list(

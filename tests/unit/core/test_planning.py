@@ -41,6 +41,30 @@ def facts(**kw: Any) -> planning.Facts:
 
 CASES = [
     pytest.param(
+        facts(observed=None, protected=False),
+        planning.ReserveRequestId("new-key"),
+        id="without-the-finalizer-a-key-may-be-reserved",
+    ),
+    pytest.param(
+        facts(observed=None, request_id="k1", protected=False),
+        planning.Wait(
+            Reason.AWAITING_FINALIZER, "waiting for the finalizer to be on the resource before acting"
+        ),
+        id="without-the-finalizer-nothing-is-created",
+    ),
+    pytest.param(
+        facts(observed=runner(**READY), adopt=True, protected=False),
+        planning.Wait(
+            Reason.AWAITING_FINALIZER, "waiting for the finalizer to be on the resource before acting"
+        ),
+        id="without-the-finalizer-nothing-is-adopted",
+    ),
+    pytest.param(
+        facts(observed=runner(**READY), bound=True, protected=False, deleting=True),
+        planning.Delete("r1"),
+        id="a-deletion-does-not-wait-for-the-finalizer",
+    ),
+    pytest.param(
         facts(observed=None), planning.ReserveRequestId("new-key"), id="absent-reserves-a-key-first"
     ),
     pytest.param(

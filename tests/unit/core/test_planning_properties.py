@@ -66,6 +66,7 @@ def facts(draw: st.DrawFn) -> planning.Facts:
         replace=draw(st.booleans()),
         held_id="old" if held else None,
         held=draw(st.none() | runners("old")) if held else None,
+        protected=draw(st.integers(0, 3)) > 0,
     )
 
 
@@ -99,6 +100,9 @@ def test_planner_invariants(f: planning.Facts) -> None:
             assert action.change.etag == f.observed.etag
     if f.claimed_by and not f.deleting and not f.held_id:
         assert isinstance(action, planning.Conflict)
+    if not f.protected and not f.deleting:
+        # Nothing to leave behind: no runner is created, adopted or bound before the finalizer is on.
+        assert not isinstance(action, planning.BINDS)
 
 
 @settings(max_examples=300, deadline=None)

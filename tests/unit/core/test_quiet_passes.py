@@ -18,6 +18,7 @@ from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.runners import Runners
 from runner_operator.quiet import QuietPasses, fingerprint
+from runner_operator.resource import FINALIZER
 from runner_operator.simulator.server import RunningServer
 from tests.clock import FakeClock
 
@@ -36,6 +37,7 @@ class Object:
                 "uid": "u-1",
                 "generation": 1,
                 "resourceVersion": "1",
+                "finalizers": [FINALIZER],
             },
             "spec": {"runnerId": "steady", "clusterId": CLUSTER, "zone": "us-east-04a", "policy": {}},
             "status": {},

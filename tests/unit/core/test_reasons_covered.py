@@ -111,6 +111,13 @@ PURE: dict[str, Row] = {
         {"Ready:False:Creating"} | OK,
         {"createRequestId": "new-key", "phase": "Creating"},
     ),
+    "nothing-created-before-the-finalizer": (
+        lambda: reported(
+            facts(observed=None, request_id="k1", protected=False), managed(status={"createRequestId": "k1"})
+        ),
+        {"Ready:False:AwaitingFinalizer"} | OK,
+        {"runnerId": UNSET, "phase": UNSET},
+    ),
     "created": (
         lambda: reported(
             facts(observed=None, request_id="k1"),

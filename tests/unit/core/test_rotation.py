@@ -16,6 +16,7 @@ import pytest
 from runner_operator import handlers, reconciling, resource
 from runner_operator.credentials import TokenRegistry
 from runner_operator.quiet import QuietPasses
+from runner_operator.resource import FINALIZER
 from runner_operator.settings import Settings
 from runner_operator.simulator.config import SimulatorConfig, Timings
 from runner_operator.simulator.server import RunningServer, serve
@@ -55,7 +56,13 @@ async def step(
 
 def body() -> dict[str, Any]:
     return {
-        "metadata": {"name": "r", "namespace": "ns", "uid": "u-1", "generation": 1},
+        "metadata": {
+            "name": "r",
+            "namespace": "ns",
+            "uid": "u-1",
+            "generation": 1,
+            "finalizers": [FINALIZER],
+        },
         "spec": {
             "runnerId": "rotated",
             "clusterId": CLUSTER,
