@@ -16,6 +16,18 @@ CLUSTER = "00000000-0000-4000-8000-000000000001"
 ZONE = "us-east-04a"
 
 
+def metadata(**extra: Any) -> dict[str, Any]:
+    """A ManagedRunner's metadata as kopf hands it over once the first cycle added the finalizer."""
+    return {
+        "name": "r",
+        "namespace": "ns",
+        "uid": "u-1",
+        "generation": 1,
+        "finalizers": [resource.FINALIZER],
+        **extra,
+    }
+
+
 def body(
     runner_id: str = "r1",
     *,
@@ -25,17 +37,11 @@ def body(
     **spec: Any,
 ) -> dict[str, Any]:
     """A ManagedRunner body as kopf hands it over; `spec` keys are camelCase."""
-    metadata: dict[str, Any] = {
-        "name": "r",
-        "namespace": "ns",
-        "uid": "u-1",
-        "generation": generation,
-        "finalizers": [resource.FINALIZER],  # kopf adds it before (or as) the first pass runs
-    }
+    meta = metadata(generation=generation)
     if deleting:
-        metadata["deletionTimestamp"] = "2026-12-02T11:59:00Z"
+        meta["deletionTimestamp"] = "2026-12-02T11:59:00Z"
     return {
-        "metadata": metadata,
+        "metadata": meta,
         "spec": {"runnerId": runner_id, "clusterId": CLUSTER, "zone": ZONE, "policy": {}, **spec},
         "status": dict(status or {}),
     }

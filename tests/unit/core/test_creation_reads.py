@@ -19,6 +19,7 @@ from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.runners import Runners
 from runner_operator.resource import FINALIZER
 from runner_operator.simulator.server import RunningServer
+from tests.unit.builders import metadata
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 CLUSTER = "00000000-0000-4000-8000-000000000001"
@@ -30,13 +31,7 @@ class Object:
 
     def __init__(self, cloud: CloudClient, start: datetime = T0, **spec: Any) -> None:
         self.body: dict[str, Any] = {
-            "metadata": {
-                "name": "r",
-                "namespace": "ns",
-                "uid": "u-1",
-                "generation": 1,
-                "finalizers": [FINALIZER],
-            },
+            "metadata": metadata(),
             "spec": {**IDENTITY, "policy": {}, **spec},
             "status": {},
         }

@@ -19,8 +19,8 @@ from runner_operator.cloud import budget
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.errors import Unauthenticated
 from runner_operator.cloud.runners import Runners
-from runner_operator.resource import FINALIZER
 from runner_operator.simulator.server import RunningServer
+from tests.unit.builders import metadata
 from tests.unit.core.conftest import OTHER
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -38,13 +38,7 @@ class Object:
 
     def __init__(self, **spec: Any) -> None:
         self.body: dict[str, Any] = {
-            "metadata": {
-                "name": "r",
-                "namespace": "ns",
-                "uid": "u-1",
-                "generation": 1,
-                "finalizers": [FINALIZER],
-            },
+            "metadata": metadata(),
             "spec": {"runnerId": "owned", "clusterId": CLUSTER, "zone": "us-east-04a", "policy": {}, **spec},
             "status": {},
         }

@@ -18,9 +18,9 @@ from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.runners import Runners
 from runner_operator.quiet import QuietPasses, fingerprint
-from runner_operator.resource import FINALIZER
 from runner_operator.simulator.server import RunningServer
 from tests.clock import FakeClock
+from tests.unit.builders import metadata
 
 CLUSTER = "00000000-0000-4000-8000-000000000001"
 LIST_AGE = 30.0
@@ -31,14 +31,7 @@ class Object:
 
     def __init__(self, server: RunningServer, cloud: CloudClient) -> None:
         self.body: dict[str, Any] = {
-            "metadata": {
-                "name": "r",
-                "namespace": "ns",
-                "uid": "u-1",
-                "generation": 1,
-                "resourceVersion": "1",
-                "finalizers": [FINALIZER],
-            },
+            "metadata": metadata(resourceVersion="1"),
             "spec": {"runnerId": "steady", "clusterId": CLUSTER, "zone": "us-east-04a", "policy": {}},
             "status": {},
         }

@@ -16,10 +16,10 @@ import pytest
 from runner_operator import handlers, reconciling, resource
 from runner_operator.credentials import TokenRegistry
 from runner_operator.quiet import QuietPasses
-from runner_operator.resource import FINALIZER
 from runner_operator.settings import Settings
 from runner_operator.simulator.config import SimulatorConfig, Timings
 from runner_operator.simulator.server import RunningServer, serve
+from tests.unit.builders import metadata
 
 OLD, NEW, WRONG = "CW-SECRET-old-token", "CW-SECRET-new-token", "CW-SECRET-wrong-token"
 CLUSTER = "00000000-0000-4000-8000-000000000001"
@@ -56,13 +56,7 @@ async def step(
 
 def body() -> dict[str, Any]:
     return {
-        "metadata": {
-            "name": "r",
-            "namespace": "ns",
-            "uid": "u-1",
-            "generation": 1,
-            "finalizers": [FINALIZER],
-        },
+        "metadata": metadata(),
         "spec": {
             "runnerId": "rotated",
             "clusterId": CLUSTER,

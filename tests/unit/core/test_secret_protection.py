@@ -6,9 +6,9 @@ from typing import Any
 
 from runner_operator import handlers, reconciling, resource
 from runner_operator.credentials import TokenRegistry
-from runner_operator.resource import FINALIZER
 from runner_operator.settings import Settings
 from runner_operator.status import StatusPatch
+from tests.unit.builders import metadata
 
 
 class Guard:
@@ -30,13 +30,7 @@ def credentials(guard: Guard) -> TokenRegistry:
 def res(secret: str, **status: Any) -> resource.ManagedRunnerResource:
     return resource.ManagedRunnerResource.from_body(
         {
-            "metadata": {
-                "name": "r",
-                "namespace": "ns",
-                "uid": "u1",
-                "generation": 1,
-                "finalizers": [FINALIZER],
-            },
+            "metadata": metadata(uid="u1"),
             "spec": {
                 "runnerId": "r1",
                 "clusterId": "00000000-0000-4000-8000-000000000001",

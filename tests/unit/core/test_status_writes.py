@@ -17,9 +17,9 @@ from runner_operator import outcomes, reconciling, resource
 from runner_operator.cloud import budget
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.runners import Runners
-from runner_operator.resource import FINALIZER
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, SimulatorConfig, Timings
 from runner_operator.simulator.server import RunningServer, serve
+from tests.unit.builders import metadata
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -36,13 +36,7 @@ class Object:
 
     def __init__(self) -> None:
         self.body: dict[str, Any] = {
-            "metadata": {
-                "name": "r",
-                "namespace": "ns",
-                "uid": "u-1",
-                "generation": 1,
-                "finalizers": [FINALIZER],
-            },
+            "metadata": metadata(),
             "spec": {
                 "runnerId": "status-writes",
                 "clusterId": "00000000-0000-4000-8000-000000000001",
