@@ -80,6 +80,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "rbac": {"secretsInEveryNamespace": True},
         "credentials": {"existingSecret": "coreweave-api", "namespaces": ["*"]},
     },
+    "subchart-global": {"global": {"imageRegistry": "registry.example.com", "storageClass": "fast"}},
+    "no-user-roles": {"rbac": {"aggregateToDefaultRoles": False}},
     "tuned": {
         "image": {"digest": "sha256:" + "a" * 64},
         "config": {"fastInterval": 0.5, "verbose": True, "jsonLogs": True},
@@ -209,11 +211,17 @@ def _grant(role: Mapping[str, Any], rule: Mapping[str, Any]) -> Grant:
     )
 
 
+def user_role(doc: Mapping[str, Any]) -> bool:
+    """A ClusterRole for people (aggregated into view/edit/admin), never bound to the operator."""
+    labels = (doc.get("metadata") or {}).get("labels") or {}
+    return any(key.startswith("rbac.authorization.k8s.io/aggregate-to-") for key in labels)
+
+
 def grants(docs: Sequence[Mapping[str, Any]]) -> list[Grant]:
-    """Every rule the chart grants; Roles repeated per namespace are listed once."""
+    """Every rule the chart grants the operator; Roles repeated per namespace are listed once."""
     seen: dict[Grant, None] = {}
     for doc in docs:
-        if doc["kind"] in RBAC_KINDS:
+        if doc["kind"] in RBAC_KINDS and not user_role(doc):
             for rule in doc.get("rules") or []:
                 seen.setdefault(_grant(doc, rule), None)
     return list(seen)

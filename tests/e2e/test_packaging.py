@@ -372,6 +372,46 @@ def test_service_account_may_do_exactly_what_the_operator_needs(
     assert other_secret.stdout.strip() == "no"
 
 
+def test_namespace_editors_create_and_viewers_list_managed_runners(
+    kube: Kube, crd: str, sim: SimulatorThread, release: tuple[str, str]
+) -> None:
+    """The chart's user roles join Kubernetes' `edit` and `view` (clusterrole-aggregation controller)."""
+    name, namespace = release
+    install(
+        kube,
+        chart.render(values(sim, credentials={"existingSecret": "api"}), release=name, namespace=namespace),
+    )
+    team = kube.new_namespace("pkg")
+    rbac = client.RbacAuthorizationV1Api(kube.api)
+    for person, role in (("editor", "edit"), ("viewer", "view")):
+        kube.kubectl(
+            "create",
+            "rolebinding",
+            person,
+            f"--clusterrole={role}",
+            f"--serviceaccount={team}:{person}",
+            "-n",
+            team,
+        )
+
+    def aggregated() -> bool:
+        rules = rbac.read_cluster_role("edit").rules or []
+        return any("managedrunners" in (rule.resources or []) for rule in rules)
+
+    wait_for(aggregated, timeout=30, what="the chart's roles aggregated into `edit`")
+    editor = Kube(kube.sa_kubeconfig(team, "editor"))
+    viewer = Kube(kube.sa_kubeconfig(team, "viewer"))
+    body = manifest("by-an-editor")
+    editor.custom.create_namespaced_custom_object(GROUP, VERSION, team, PLURAL, body)
+    listed = json_object(viewer.custom.list_namespaced_custom_object(GROUP, VERSION, team, PLURAL))
+    assert [item["metadata"]["name"] for item in listed["items"]] == ["by-an-editor"]
+    with pytest.raises(client.ApiException) as refused:
+        viewer.custom.create_namespaced_custom_object(GROUP, VERSION, team, PLURAL, manifest("by-a-viewer"))
+    assert refused.value.status == 403
+    editor.custom.delete_namespaced_custom_object(GROUP, VERSION, team, PLURAL, "by-an-editor")
+    purge(kube, team)
+
+
 # -- the operator under the chart's ServiceAccount ---------------------------------------------------
 
 

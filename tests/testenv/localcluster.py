@@ -5,8 +5,8 @@ logs, kubeconfigs) lives in one work directory; each process runs in its own pro
 `stop()` leaves nothing behind even when a test fails half-way.
 
 The controller manager runs only the controllers that make sense without nodes or a kubelet
-(`CONTROLLERS`): namespace deletion, garbage collection and the service-account token
-controller are real; nothing creates Pods, and Pods would stay Pending anyway.
+(`CONTROLLERS`): namespace deletion, garbage collection, the service-account token controller
+and ClusterRole aggregation are real; nothing creates Pods, and Pods would stay Pending anyway.
 """
 
 from __future__ import annotations
@@ -44,7 +44,12 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 # workload controllers would create Pods that stay Pending forever, the serviceaccount and
 # root-ca-cert-publisher controllers would add objects to every namespace, and the rest cost
 # informers, memory (85 -> 107 MiB RSS measured) and CPU on a small CI machine for nothing.
-CONTROLLERS = ("namespace-controller", "garbage-collector-controller", "serviceaccount-token-controller")
+CONTROLLERS = (
+    "namespace-controller",
+    "garbage-collector-controller",
+    "serviceaccount-token-controller",
+    "clusterrole-aggregation-controller",  # the chart's roles aggregated into view/edit/admin
+)
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 
 

@@ -175,7 +175,7 @@ def own_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_namespaced_mode_grants_nothing_cluster_wide_but_discovery() -> None:
     docs = render(VALUE_SETS["namespaced"], namespace="ops")
-    (cluster_role,) = find(docs, "ClusterRole")
+    (cluster_role,) = [r for r in find(docs, "ClusterRole") if not chart.user_role(r)]
     assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in cluster_role["rules"]} == {
         (("customresourcedefinitions",), ("list", "watch")),
         (("namespaces",), ("list", "watch")),
@@ -203,6 +203,8 @@ def test_token_secret_readable_through_a_watched_namespace_needs_no_extra_role()
 def test_rbac_never_lists_secrets_nor_writes_beyond_status_finalizer_and_events(name: str) -> None:
     docs = render(VALUE_SETS[name])
     for role in find(docs, "ClusterRole") + find(docs, "Role"):
+        if chart.user_role(role):
+            continue  # for people: see test_user_roles_aggregate_into_view_edit_and_admin
         for rule in role["rules"]:
             assert "nonResourceURLs" not in rule
             assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
@@ -380,3 +382,29 @@ def test_install_guide_has_every_section_and_the_finalizer_way_out() -> None:
 if __name__ == "__main__":
     (ROOT / "deploy" / "operator.yaml").write_text(plain_manifests())
     sys.exit(0)
+
+
+def test_user_roles_aggregate_into_view_edit_and_admin() -> None:
+    docs = render()
+    roles = {r["metadata"]["name"]: r for r in find(docs, "ClusterRole") if chart.user_role(r)}
+    verbs = {}
+    for name, role in roles.items():
+        kind = name.rsplit("-", 1)[1]
+        assert role["metadata"]["labels"][f"rbac.authorization.k8s.io/aggregate-to-{kind}"] == "true"
+        (runners, status) = role["rules"]
+        assert runners["resources"] == ["managedrunners"]
+        assert status == {
+            "apiGroups": ["sandbox.coreweave.com"],
+            "resources": ["managedrunners/status"],
+            "verbs": ["get", "list", "watch"],
+        }
+        verbs[kind] = set(runners["verbs"])
+    assert verbs["view"] == {"get", "list", "watch"}
+    assert (
+        verbs["edit"]
+        == verbs["admin"]
+        == verbs["view"] | {"create", "update", "patch", "delete", "deletecollection"}
+    )
+    bound = {b["roleRef"]["name"] for b in find(docs, "ClusterRoleBinding") + find(docs, "RoleBinding")}
+    assert not bound & set(roles), "user roles are never bound to the operator"
+    assert not [r for r in find(render(VALUE_SETS["no-user-roles"]), "ClusterRole") if chart.user_role(r)]
