@@ -35,9 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for Ready")
     args = parser.parse_args(argv)
-    # SIGTERM's default action would kill this process at once and leak every child (each runs in
-    # its own session); turn it into an exit that runs the cleanup below.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # SIGTERM's and SIGHUP's default action (a `kill`, a closed terminal or SSH session) would kill
+    # this process at once and leak every child (each runs in its own session); turn them into an
+    # exit that runs the cleanup below.
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, _exit_on_signal)
 
     shutil.rmtree(WORKDIR, ignore_errors=True)
     WORKDIR.mkdir(parents=True)
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nEverything keeps running; press Ctrl-C to stop.")
         # Block before waiting: an unblocked fatal signal kills the process even inside sigwait,
         # and a blocked SIGINT is queued even when a non-interactive shell started us ignoring it.
-        stop_signals = {signal.SIGINT, signal.SIGTERM}
+        stop_signals = {signal.SIGINT, *STOP_SIGNALS}
         signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
         signal.sigwait(stop_signals)
         return 0
@@ -137,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         step("stopped")
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
