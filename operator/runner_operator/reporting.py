@@ -34,6 +34,7 @@ def observed_status(runner: CloudRunner) -> StatusPatch:
         cluster_name=identity.get("clusterName"),
         install_status=runner.install_status,
         connection_status=runner.connection_status,
+        connection=_SHORT.get(runner.connection_status or "", "Unknown"),
         active_revision=runner.active_revision or 0,
         target_revision=runner.target_revision or 0,
         rollout_in_progress=bool(runner.rollout_in_progress),

@@ -101,6 +101,8 @@ class StatusPatch(Patchable):
     cluster_name: str | None = None
     install_status: str | None = None
     connection_status: str | None = None
+    connection: str | None = None
+    """connection_status in one word, for `kubectl get`."""
     active_revision: int | None = None
     target_revision: int | None = None
     rollout_in_progress: bool | None = None

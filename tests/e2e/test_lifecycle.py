@@ -90,8 +90,8 @@ def test_create_reaches_ready_with_every_status_field(
     assert cloud["displayName"] == "Basic runner"
     assert "deploymentSpec" not in status
     table = kube.kubectl("get", "managedrunners", "-n", ns).stdout.splitlines()
-    assert table[0].split()[:4] == ["NAME", "RUNNER", "READY", "PHASE"]
-    assert table[1].split()[:4] == ["basic", runner_id, "True", "Ready"]
+    assert table[0].split()[:6] == ["NAME", "RUNNER", "READY", "SYNCED", "PHASE", "CONNECTION"]
+    assert table[1].split()[:6] == ["basic", runner_id, "True", "True", "Ready", "Connected"]
     waited = kube.kubectl("wait", "--for=condition=Ready", "managedrunner/basic", "-n", ns, "--timeout=5s")
     assert "condition met" in waited.stdout
 

@@ -257,7 +257,7 @@ def test_rejected_token_shows_ready_false(kube: Kube, ns: str, operator: Operato
     assert condition(obj, "Stalled")["status"] == "True"
     assert condition(obj, "Synced")["reason"] == "CredentialsRejected"
     row = kube.kubectl("get", "managedrunner", "rejected", "-n", ns, "--no-headers").stdout.split()
-    assert row[2:4] == ["False", "CredentialsRejected"]
+    assert row[2:5] == ["False", "False", "CredentialsRejected"]  # READY, SYNCED, PHASE
     waited = kube.kubectl(
         "wait", "--for=condition=Ready=false", "managedrunner/rejected", "-n", ns, "--timeout=5s"
     )

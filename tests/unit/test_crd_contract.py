@@ -99,7 +99,9 @@ def test_crd_names_scope_and_version() -> None:
 
 def test_printer_columns() -> None:
     columns = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
-    assert list(columns)[:6] == ["Runner", "Ready", "Phase", "Connection", "Revision", "Target"]
+    assert list(columns)[:7] == ["Runner", "Ready", "Synced", "Phase", "Connection", "Revision", "Target"]
+    assert columns["Synced"]["jsonPath"] == '.status.conditions[?(@.type=="Synced")].status'
+    assert columns["Connection"]["jsonPath"] == ".status.connection"  # one word, not RUNNER_CONNECTION_...
     assert list(columns)[-1] == "Age"
     assert columns["Runner"]["jsonPath"] == ".spec.runnerId"
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
@@ -362,6 +364,7 @@ def test_a_full_status_patch_validates_against_the_crd() -> None:
         cluster_name="prod",
         install_status="RUNNER_INSTALL_STATUS_READY",
         connection_status="RUNNER_CONNECTION_STATUS_CONNECTED",
+        connection="Connected",
         active_revision=3,
         target_revision=3,
         rollout_in_progress=False,
