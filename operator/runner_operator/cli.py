@@ -19,7 +19,7 @@ LEADERSHIP_LOST = 75
 """Exit status after losing the Lease (EX_TEMPFAIL): the Deployment restarts the pod as a standby."""
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runner-operator", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -34,7 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
     run.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("--peering", default=None, help="kopf peering name (default: standalone, one replica)")
-    run.add_argument("-v", "--verbose", action="store_true")
+    run.add_argument("-v", "--verbose", action="store_true", help="debug logging (same as --log-level debug)")
+    run.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=None,
+        help="default: RUNNER_OPERATOR_LOG_LEVEL, else info",
+    )
     run.add_argument(
         "--json-logs",
         action="store_true",
@@ -65,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("runner_ids", nargs="*", help="only these runners (default: all)")
     _api_options(export)
 
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.command == "simulate":
         from runner_operator.simulator import server
@@ -136,8 +147,15 @@ def _run(args: argparse.Namespace) -> int:
     import runner_operator.handlers  # noqa: F401  (registers the handlers)
     from runner_operator import settings
 
-    json_logs = args.json_logs or settings.load().json_logs
-    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON if json_logs else kopf.LogFormat.FULL)
+    config = settings.load()
+    json_logs = args.json_logs or config.json_logs
+    level = log_level(args, config.log_level)
+    kopf.configure(
+        verbose=level == "debug",
+        quiet=level in ("warning", "error"),
+        log_format=kopf.LogFormat.JSON if json_logs else kopf.LogFormat.FULL,
+    )
+    logging.getLogger().setLevel(level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("kopf.objects").addFilter(_QuietTimers())
 
@@ -151,7 +169,6 @@ def _run(args: argparse.Namespace) -> int:
             memo=kopf.Memo(watched_namespaces=len(args.namespace), namespaces=tuple(args.namespace)),
         )
 
-    config = settings.load()
     if not config.leader_election:
         operate()
         return 0
@@ -164,6 +181,13 @@ def _run(args: argparse.Namespace) -> int:
     with elector.holding(on_lost=_stop_acting):
         operate()
     return 0
+
+
+def log_level(args: argparse.Namespace, configured: str) -> str:
+    """`-v` wins, then `--log-level`, then RUNNER_OPERATOR_LOG_LEVEL."""
+    if args.verbose:
+        return "debug"
+    return str(args.log_level or configured)
 
 
 def version() -> str:

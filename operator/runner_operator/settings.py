@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -50,6 +51,8 @@ class Settings(BaseModel):
     # How long the start waits for the API server to serve ManagedRunners before giving up.
     startup_timeout: float = Field(default=300.0, gt=0)
     json_logs: bool = False
+    # debug, info, warning or error (`run -v` means debug).
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Leader election on a coordination.k8s.io/v1 Lease (runner_operator.leases): any number of
     # replicas, one acts. The namespace defaults to the pod's own; the timings to controller-runtime's.
     leader_election: bool = False
