@@ -10,12 +10,14 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY operator/ operator/
-# 1. the wheel; 2. a pip-less virtual environment; 3. the wheel and its dependencies into it.
+# 1. the wheel; 2. a pip-less virtual environment; 3. the dependencies exactly as locked, every
+# file checked against its sha256 (requirements.lock, written by scripts/lock); 4. the wheel alone.
 RUN pip wheel --no-deps --wheel-dir /dist . \
  && python -m venv --without-pip /opt/venv \
- && pip --python /opt/venv/bin/python install --no-cache-dir /dist/*.whl
+ && pip --python /opt/venv/bin/python install --no-cache-dir --require-hashes -r requirements.lock \
+ && pip --python /opt/venv/bin/python install --no-cache-dir --no-deps /dist/*.whl
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="managed-runner-operator" \

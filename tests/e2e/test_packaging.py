@@ -64,12 +64,13 @@ SERVICE_MONITOR_CRD = {
 def _install(work: Path) -> list[str]:
     """The Dockerfile's steps in a clean virtual environment; returns the image's entry point.
 
-    Same context (pyproject.toml, README.md, operator/), wheel, pip-less venv and install; only
-    bytecode compilation is skipped, to save time.
+    Same context (pyproject.toml, README.md, requirements.lock, operator/), wheel, pip-less venv,
+    the locked dependencies with --require-hashes, then the wheel alone; only bytecode compilation
+    is skipped, to save time.
     """
     context = work / "context"
     context.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "requirements.lock"):
         shutil.copy2(ROOT / name, context / name)
     shutil.copytree(
         ROOT / "operator", context / "operator", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
@@ -84,7 +85,9 @@ def _install(work: Path) -> list[str]:
     run(*pip, "wheel", "--no-deps", "--wheel-dir", str(work / "dist"), ".")
     run(sys.executable, "-m", "venv", "--without-pip", str(venv))
     (wheel,) = (work / "dist").glob("*.whl")
-    run(*pip, "--python", str(venv / "bin" / "python"), "install", "--no-compile", str(wheel))
+    into = [*pip, "--python", str(venv / "bin" / "python"), "install", "--no-compile"]
+    run(*into, "--require-hashes", "-r", "requirements.lock")
+    run(*into, "--no-deps", str(wheel))
     assert not (venv / "bin" / "pip").exists()
     return [str(venv / "bin" / "runner-operator"), "run"]
 

@@ -346,7 +346,10 @@ def test_dockerfile_builds_a_wheel_and_runs_it_unprivileged() -> None:
     build_text = "\n".join(build)
     assert "pip wheel --no-deps --wheel-dir /dist ." in build_text
     assert "python -m venv --without-pip /opt/venv" in build_text
-    assert "pip --python /opt/venv/bin/python install --no-cache-dir /dist/*.whl" in build_text
+    locked = "pip --python /opt/venv/bin/python install --no-cache-dir --require-hashes -r requirements.lock"
+    wheel = "pip --python /opt/venv/bin/python install --no-cache-dir --no-deps /dist/*.whl"
+    assert build_text.index(locked) < build_text.index(wheel)  # nothing unlocked gets in
+    assert "COPY pyproject.toml README.md requirements.lock ./" in build
     final_text = "\n".join(final)
     assert final[0] == "FROM ${PYTHON_IMAGE}"
     assert "COPY --from=build /opt/venv /opt/venv" in final
@@ -367,7 +370,12 @@ def test_dockerignore_sends_only_what_the_build_copies() -> None:
         if line.strip() and not line.startswith("#")
     ]
     assert lines[0] == "*"
-    assert {line for line in lines if line.startswith("!")} == {"!pyproject.toml", "!README.md", "!operator/"}
+    assert {line for line in lines if line.startswith("!")} == {
+        "!pyproject.toml",
+        "!README.md",
+        "!requirements.lock",
+        "!operator/",
+    }
 
 
 def test_install_guide_has_every_section_and_the_finalizer_way_out() -> None:
