@@ -86,7 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return asyncio.run(_plan(args))
     if args.command == "export":
-        return asyncio.run(_export(args))
+        from runner_operator.commands import UserError
+
+        try:
+            return asyncio.run(_export(args))
+        except UserError as exc:
+            sys.stderr.write(f"runner-operator export: {exc}\n")
+            return 1
     return _run(args)
 
 

@@ -88,6 +88,10 @@ async def plan(
     return 2 if blocked else 0
 
 
+class UserError(Exception):
+    """A mistake in what the user asked for: printed as one line, exit status 1, no traceback."""
+
+
 async def export(
     cloud: CloudClient,
     out_dir: Path,
@@ -96,8 +100,15 @@ async def export(
     credentials_secret: str,
     only: Sequence[str] = (),
 ) -> list[Path]:
-    """Write one manifest per runner (and a Secret manifest for env values, kept apart from Git)."""
+    """Write one manifest per runner (and a Secret manifest for env values, kept apart from Git).
+
+    Runner IDs asked for and not found are an error before anything is written: a typo must not
+    look like an export of nothing.
+    """
     runners = [r async for r in cloud.iter_runners() if not only or r.runner_id in only]
+    missing = sorted(set(only) - {r.runner_id for r in runners})
+    if missing:
+        raise UserError(f"no runner {', '.join(missing)} visible to this token: nothing written")
     return write_exports(runners, out_dir, namespace=namespace, credentials_secret=credentials_secret)
 
 
