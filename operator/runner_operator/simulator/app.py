@@ -190,6 +190,17 @@ def authorize(request: web.Request, control_route: bool) -> None:
     raise errors.unauthenticated()
 
 
+HEALTHZ = "/healthz"
+
+
+@web.middleware
+async def healthz(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """GET /healthz answers 200 for probes and scripts: no token, not logged, no faults."""
+    if request.path == HEALTHZ:
+        return web.Response(text="ok\n")
+    return await handler(request)
+
+
 @web.middleware
 async def serve_api(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Log, authenticate, inject faults and turn ApiError into google.rpc.Status bodies.
@@ -287,7 +298,7 @@ def _unrouted(exc: web.HTTPException) -> ApiError:
 
 
 def build(simulator: Simulator) -> web.Application:
-    app = web.Application(middlewares=[serve_api])
+    app = web.Application(middlewares=[healthz, serve_api])
     app[SIMULATOR] = simulator
     app[CLOSING] = asyncio.Event()
     for method, path, _, handler in ROUTES:

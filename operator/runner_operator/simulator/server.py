@@ -63,6 +63,9 @@ async def serve(config: SimulatorConfig | None = None, simulator: Simulator | No
     return RunningServer(runner, simulator, f"http://{shown}:{port}")
 
 
+DEFAULT_PORT = 8765
+
+
 def parse_args(argv: list[str] | None) -> SimulatorConfig:
     defaults = Timings()
     parser = argparse.ArgumentParser(
@@ -70,7 +73,10 @@ def parse_args(argv: list[str] | None) -> SimulatorConfig:
         description="Serve a local CoreWeave Sandboxes control-plane simulator (managed runners API).",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
+    # Not 8080 or 9090: the operator's own health and metrics ports, often run side by side.
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; GET /healthz answers 200"
+    )
     parser.add_argument(
         "--admin-token",
         default=os.environ.get(ADMIN_TOKEN_ENV, DEV_ADMIN_TOKEN),

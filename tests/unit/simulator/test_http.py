@@ -261,3 +261,16 @@ def test_cli_admin_token_defaults_to_environment(monkeypatch: pytest.MonkeyPatch
     assert parse_args([]).admin_tokens == ("from-env",)
     monkeypatch.delenv("SIMULATOR_ADMIN_TOKEN")
     assert parse_args([]).admin_tokens == (DEV_ADMIN_TOKEN,)
+
+
+async def test_healthz_answers_without_a_token_and_is_not_logged(server: RunningServer) -> None:
+    before = len(server.simulator.log.entries)
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response = await client.get("/healthz")
+    assert (response.status_code, response.text) == (200, "ok\n")
+    assert len(server.simulator.log.entries) == before
+
+
+def test_the_default_port_is_not_the_operators() -> None:
+    """The operator serves /healthz on 8080 and /metrics on 9090; both run side by side in the demo."""
+    assert parse_args([]).port not in (8080, 9090)
