@@ -22,17 +22,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def started_by_the_demo() -> list[str]:
-    """Command lines of live processes that use the demo's working directory."""
+    """Command lines of live processes that use the demo's working directory, in their arguments
+    (etcd, kube-apiserver, the simulator) or their environment (the operator's KUBECONFIG)."""
     found = []
+    marker = str(WORKDIR).encode()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or entry.name == str(os.getpid()):
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if str(WORKDIR) in cmdline and entry.name != str(os.getpid()):
-            found.append(f"{entry.name}: {cmdline[:200]}")
+        if marker in cmdline or marker in environ:
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name}: {command[:200]}")
     return found
 
 
