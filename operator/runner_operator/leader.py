@@ -1,7 +1,7 @@
 """Leader election for `runner-operator run`: wait for the Lease, keep it, or stop acting.
 
 A standby does not start kopf at all (no watch, no finalizer, no status write): it reads the Lease
-every retry period and answers the health probe. Once it holds the Lease it starts the operator,
+every half retry period and answers the health probe. Once it holds the Lease it starts the operator,
 and a thread renews the Lease beside it. If a renewal has not succeeded for the renew deadline, or
 the Lease shows another holder, the process exits at once (the Deployment restarts it as a
 standby): it stops before the Lease expires for anyone else. A clean stop hands the Lease over.
