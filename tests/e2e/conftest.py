@@ -57,6 +57,16 @@ def sim() -> Iterator[SimulatorThread]:
         simulator.stop()
 
 
+@pytest.fixture
+def own_sim() -> Iterator[SimulatorThread]:
+    """A simulator of one test's own, so its request log holds only that test's operators' calls."""
+    simulator = SimulatorThread(E2E_TIMINGS).start()
+    try:
+        yield simulator
+    finally:
+        simulator.stop()
+
+
 @pytest.fixture(scope="session")
 def operator(
     kube: Kube, crd: str, sim: SimulatorThread, tmp_path_factory: pytest.TempPathFactory

@@ -9,13 +9,10 @@ shows every write exactly once across the handovers.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import E2E_TIMINGS
 from tests.e2e.harness import OperatorProcess, SimulatorThread, manifest
 from tests.e2e.kube import Kube, wait_for
 from tests.e2e.test_crash_safety import mutating_calls
@@ -24,14 +21,6 @@ from tests.e2e.test_ownership import delete
 
 LEASE = "managed-runner-operator"
 HOLDS = "holds the Lease; starting"
-
-
-@pytest.fixture
-def sim() -> Iterator[SimulatorThread]:
-    """A simulator of its own: its request log holds only these operators' calls."""
-    own = SimulatorThread(E2E_TIMINGS).start()
-    yield own
-    own.stop()
 
 
 def replica(kube: Kube, ns: str, sim: SimulatorThread, tmp_path: Path) -> OperatorProcess:
@@ -59,16 +48,16 @@ def handover(kube: Kube, ns: str, before: str) -> tuple[str, float]:
 
 
 def test_the_standby_takes_over_and_every_write_happens_once(
-    kube: Kube, crd: str, sim: SimulatorThread, tmp_path: Path
+    kube: Kube, crd: str, own_sim: SimulatorThread, tmp_path: Path
 ) -> None:
     ns = kube.new_namespace("ha")
-    kube.create_secret(ns, "coreweave-api", {"token": sim.token})
-    a = replica(kube, ns, sim, tmp_path)
+    kube.create_secret(ns, "coreweave-api", {"token": own_sim.token})
+    a = replica(kube, ns, own_sim, tmp_path)
     replicas = [a]
     try:
         a.wait_for_log(HOLDS, timeout=60)
         first = holder(kube, ns)
-        b = replica(kube, ns, sim, tmp_path)
+        b = replica(kube, ns, own_sim, tmp_path)
         replicas.append(b)
         b.wait_for_log("standby, the Lease is held by", timeout=60)
         assert HOLDS not in b.output()
@@ -87,7 +76,7 @@ def test_the_standby_takes_over_and_every_write_happens_once(
         wait_ready(kube, ns, "ha", generation=2)
 
         # A rolling update: the new pod waits, the old one stops cleanly and hands the Lease over.
-        c = replica(kube, ns, sim, tmp_path)
+        c = replica(kube, ns, own_sim, tmp_path)
         replicas.append(c)
         c.wait_for_log("standby, the Lease is held by", timeout=60)
         b.stop()
@@ -96,22 +85,22 @@ def test_the_standby_takes_over_and_every_write_happens_once(
         _, waited = handover(kube, ns, second)
         assert waited < 10, f"a released Lease took {waited:.1f} s to be taken"
         wait_ready(kube, ns, "ha", generation=3)
-        assert (sim.runner(runner_id) or {}).get("displayName") == "during the handover"
+        assert (own_sim.runner(runner_id) or {}).get("displayName") == "during the handover"
 
         delete(kube, ns, "ha")
         wait_gone(kube, ns, "ha")
     finally:
         for proc in replicas:
             proc.stop()
-    assert mutating_calls(sim, runner_id) == {"create": 1, "update": 2, "delete": 1}
-    assert sim.runner(runner_id) is None
+    assert mutating_calls(own_sim, runner_id) == {"create": 1, "update": 2, "delete": 1}
+    assert own_sim.runner(runner_id) is None
 
 
 def test_a_leader_that_sees_another_holder_exits(
-    kube: Kube, crd: str, sim: SimulatorThread, tmp_path: Path
+    kube: Kube, crd: str, own_sim: SimulatorThread, tmp_path: Path
 ) -> None:
     ns = kube.new_namespace("ha")
-    a = replica(kube, ns, sim, tmp_path)
+    a = replica(kube, ns, own_sim, tmp_path)
     try:
         a.wait_for_log(HOLDS, timeout=60)
         client.CoordinationV1Api(kube.api).patch_namespaced_lease(

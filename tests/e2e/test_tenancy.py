@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import E2E_TIMINGS
 from tests.e2e.harness import OperatorProcess, SimulatorThread, condition, manifest
 from tests.e2e.kube import Kube
 from tests.e2e.test_lifecycle import create, get, wait_condition, wait_gone, wait_ready
@@ -21,14 +20,6 @@ from tests.e2e.test_ownership import delete, still_there
 from tests.e2e.test_packaging import purge
 
 NOT_ALLOWED = "DefaultCredentialsNotAllowed"
-
-
-@pytest.fixture
-def sim() -> Iterator[SimulatorThread]:
-    """A simulator of its own, so its request log holds only this test's operator's calls."""
-    own = SimulatorThread(E2E_TIMINGS).start()
-    yield own
-    own.stop()
 
 
 @pytest.fixture
@@ -47,11 +38,11 @@ def operator(
 
 
 def test_a_namespace_not_allowed_cannot_create_adopt_or_delete_through_the_default(
-    kube: Kube, sim: SimulatorThread, teams: tuple[str, str], tmp_path: Path
+    kube: Kube, own_sim: SimulatorThread, teams: tuple[str, str], tmp_path: Path
 ) -> None:
     allowed, other = teams
     # Both allowed at first: `other` gets a runner through the default token.
-    op = operator(kube, sim, [allowed, other], tmp_path)
+    op = operator(kube, own_sim, [allowed, other], tmp_path)
     try:
         earlier = manifest("earlier", secret=None)
         create(kube, other, earlier)
@@ -62,7 +53,7 @@ def test_a_namespace_not_allowed_cannot_create_adopt_or_delete_through_the_defau
 
     existing = manifest("existing", secret=None, adopt=True)
     spec = existing["spec"]
-    made = sim.api(
+    made = own_sim.api(
         "POST",
         "",
         params={"requestId": "tenancy-out-of-band"},
@@ -74,9 +65,9 @@ def test_a_namespace_not_allowed_cannot_create_adopt_or_delete_through_the_defau
 
     # Now only `allowed` may use the default token.
     op = operator(
-        kube, sim, [allowed, other], tmp_path, RUNNER_OPERATOR_DEFAULT_CREDENTIALS_NAMESPACES=allowed
+        kube, own_sim, [allowed, other], tmp_path, RUNNER_OPERATOR_DEFAULT_CREDENTIALS_NAMESPACES=allowed
     )
-    start = len(sim.requests())
+    start = len(own_sim.requests())
     try:
         fresh = manifest("fresh", secret=None)
         create(kube, other, fresh)
@@ -91,7 +82,7 @@ def test_a_namespace_not_allowed_cannot_create_adopt_or_delete_through_the_defau
         obj = wait_condition(kube, other, "earlier", "Synced", "False", NOT_ALLOWED)
         still_there(kube, other, "earlier", 3)
         # No call at all for `other`: not the create, not the adoption's read, not the delete.
-        assert sim.requests()[start:] == []
+        assert own_sim.requests()[start:] == []
 
         mine = manifest("mine", secret=None)
         create(kube, allowed, mine)
@@ -100,17 +91,17 @@ def test_a_namespace_not_allowed_cannot_create_adopt_or_delete_through_the_defau
         wait_gone(kube, allowed, "mine")
     finally:
         op.stop()
-    assert sim.runner(fresh["spec"]["runnerId"]) is None
-    assert (sim.runner(spec["runnerId"]) or {}).get("identity", {}).get("runnerId") == spec["runnerId"]
-    assert sim.runner(earlier_id) is not None, "deleted through a credential its namespace may not use"
-    assert sim.runner(mine["spec"]["runnerId"]) is None
+    assert own_sim.runner(fresh["spec"]["runnerId"]) is None
+    assert (own_sim.runner(spec["runnerId"]) or {}).get("identity", {}).get("runnerId") == spec["runnerId"]
+    assert own_sim.runner(earlier_id) is not None, "deleted through a credential its namespace may not use"
+    assert own_sim.runner(mine["spec"]["runnerId"]) is None
     assert get(kube, other, "earlier") is not None
-    sim.api("DELETE", f"/{earlier_id}")
-    sim.api("DELETE", f"/{spec['runnerId']}")
+    own_sim.api("DELETE", f"/{earlier_id}")
+    own_sim.api("DELETE", f"/{spec['runnerId']}")
 
 
 def test_a_namespace_label_selector_allows_by_label(
-    kube: Kube, sim: SimulatorThread, teams: tuple[str, str], tmp_path: Path
+    kube: Kube, own_sim: SimulatorThread, teams: tuple[str, str], tmp_path: Path
 ) -> None:
     labelled, unlabelled = teams
     kube.core.patch_namespace(
@@ -118,23 +109,29 @@ def test_a_namespace_label_selector_allows_by_label(
     )
     op = operator(
         kube,
-        sim,
+        own_sim,
         [labelled, unlabelled],
         tmp_path,
         RUNNER_OPERATOR_DEFAULT_CREDENTIALS_NAMESPACE_SELECTOR="coreweave.com/default-credentials=yes",
     )
+    by_label, no_label = manifest("by-label", secret=None), manifest("no-label", secret=None)
     try:
-        create(kube, labelled, manifest("by-label", secret=None))
-        create(kube, unlabelled, manifest("no-label", secret=None))
-        wait_ready(kube, labelled, "by-label")
-        wait_condition(kube, unlabelled, "no-label", "Ready", "False", NOT_ALLOWED)
+        create(kube, labelled, by_label)
+        create(kube, unlabelled, no_label)
+        assert wait_ready(kube, labelled, "by-label")["status"]["runnerId"] == by_label["spec"]["runnerId"]
+        refused = wait_condition(kube, unlabelled, "no-label", "Ready", "False", NOT_ALLOWED)
+        assert "runnerId" not in refused["status"]
+        assert own_sim.runner(no_label["spec"]["runnerId"]) is None
         # Labelling the namespace is noticed without a restart (the medium cadence re-reads it).
         kube.core.patch_namespace(
             unlabelled, {"metadata": {"labels": {"coreweave.com/default-credentials": "yes"}}}
         )
         wait_ready(kube, unlabelled, "no-label")
+        assert own_sim.runner(no_label["spec"]["runnerId"]) is not None
         for ns, name in ((labelled, "by-label"), (unlabelled, "no-label")):
             delete(kube, ns, name)
             wait_gone(kube, ns, name)
     finally:
         op.stop()
+    assert own_sim.runner(by_label["spec"]["runnerId"]) is None
+    assert own_sim.runner(no_label["spec"]["runnerId"]) is None
