@@ -247,7 +247,7 @@ def objects_passed(pid: int) -> int:
         sum(
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
-            if line.startswith("runner_operator_runners{")
+            if line.startswith("managed_runner_operator_runners{")
         )
     )
 

@@ -12,8 +12,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner_operator.cloud.client import CloudClient
+
+if TYPE_CHECKING:
+    from runner_operator import metrics
 
 LEADERSHIP_LOST = 75
 """Exit status after losing the Lease (EX_TEMPFAIL): the Deployment restarts the pod as a standby."""
@@ -151,7 +155,7 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     import runner_operator.handlers  # noqa: F401  (registers the handlers)
-    from runner_operator import settings
+    from runner_operator import metrics, settings
 
     config = settings.load()
     json_logs = args.json_logs or config.json_logs
@@ -165,14 +169,20 @@ def _run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("kopf.objects").addFilter(_QuietTimers())
 
+    registry = metrics.Registry(version=version())
+    _serve_metrics(registry, config.metrics_port)
+
     def operate() -> None:
+        registry.leader.set(1)
         kopf.run(
             standalone=args.peering is None,
             peering_name=args.peering,
             namespaces=args.namespace or (),
             clusterwide=not args.namespace,
             liveness_endpoint=args.liveness,
-            memo=kopf.Memo(watched_namespaces=len(args.namespace), namespaces=tuple(args.namespace)),
+            memo=kopf.Memo(
+                watched_namespaces=len(args.namespace), namespaces=tuple(args.namespace), metrics=registry
+            ),
         )
 
     if not config.leader_election:
@@ -187,6 +197,23 @@ def _run(args: argparse.Namespace) -> int:
     with elector.holding(on_lost=_stop_acting):
         operate()
     return 0
+
+
+def _serve_metrics(registry: metrics.Registry, port: int) -> None:
+    """Serve /metrics before the Lease is held, so a standby is scraped too (leader = 0).
+
+    Metrics are optional: a port already in use is logged, not a reason to stop reconciling.
+    """
+    if not port:
+        return
+    try:
+        registry.serve(port)
+    except OSError as exc:
+        logging.getLogger("runner_operator.metrics").error(
+            "metrics endpoint not started on port %d: %s", port, exc
+        )
+        return
+    logging.getLogger("runner_operator.metrics").info("metrics on :%d/metrics", port)
 
 
 def log_level(args: argparse.Namespace, configured: str) -> str:

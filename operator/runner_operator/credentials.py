@@ -14,6 +14,7 @@ import functools
 import hashlib
 import hmac
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -184,6 +185,8 @@ class TokenRegistry:
     """token key -> passes in flight (inside `turn`): their state is never forgotten."""
     _retired: tuple[int, float, int] = (0, 0.0, 0)
     """budget counters of forgotten clients, so the exported totals never go down."""
+    _stats_lock: threading.Lock = field(default_factory=threading.Lock)
+    """held while a client moves into `_retired`, and by the metrics thread reading both."""
     _protected: set[tuple[str, str]] = field(default_factory=set)
     _reads: dict[tuple[str, str], tuple[float, asyncio.Future[Mapping[str, str] | None]]] = field(
         default_factory=dict
@@ -302,10 +305,12 @@ class TokenRegistry:
         for key in idle:  # all dropped before the first await: a concurrent sweep never sees them
             del self._used[key]
             self._slots.pop(key, None)
-            cloud = self._clients.pop(key, None)
+            with self._stats_lock:
+                cloud = self._clients.pop(key, None)
+                if cloud is not None:
+                    s, (waits, seconds, limited) = cloud.budget.stats, self._retired
+                    self._retired = (waits + s.waits, seconds + s.wait_seconds, limited + s.rate_limited)
             if cloud is not None:
-                s, (waits, seconds, limited) = cloud.budget.stats, self._retired
-                self._retired = (waits + s.waits, seconds + s.wait_seconds, limited + s.rate_limited)
                 budgets.forget(cloud.budget)
             closing.append((self._caches.pop(key, None), cloud))
         for cache, cloud in closing:
@@ -359,8 +364,9 @@ class TokenRegistry:
 
     def budget_stats(self) -> list[tuple[int, float, int]]:
         """(waits, wait seconds, 429s) of the request budget behind each client, for metrics."""
-        stats = [cloud.budget.stats for cloud in self._clients.values()]
-        return [(s.waits, s.wait_seconds, s.rate_limited) for s in stats] + [self._retired]
+        with self._stats_lock:  # called from the metrics thread
+            stats = [cloud.budget.stats for cloud in list(self._clients.values())]
+            return [(s.waits, s.wait_seconds, s.rate_limited) for s in stats] + [self._retired]
 
     async def aclose(self) -> None:
         for cache in self._caches.values():

@@ -19,7 +19,6 @@ from typing import Any
 
 import aiohttp
 import kopf
-from aiohttp import web
 
 from runner_operator import cadence, metrics, reconciling, resource, settings
 from runner_operator import credentials as creds
@@ -67,7 +66,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.networking.error_backoffs = KUBE_RETRY_BACKOFFS
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    registry = metrics.Registry()
+    registry: metrics.Registry = memo.metrics  # made and served by the CLI, before leader election
     scope = DefaultCredentialScope.configure(
         CONFIG.default_credentials_namespaces,
         CONFIG.default_credentials_namespace_selector,
@@ -84,12 +83,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         namespace_labels=kubernetes_namespace_labels() if scope.selector else None,
     )
     registry.budget_stats = credentials.budget_stats
-    memo.metrics = registry
     memo.credentials = credentials
     memo.locks = {}
     memo.bound = {}  # uid -> runner ID this process bound (bridges the gap until the status write shows)
     memo.quiet = QuietPasses()
-    memo.metrics_server = await _serve_metrics(registry, CONFIG.metrics_port)
     await wait_until_served(_served_by_discovery, within=CONFIG.startup_timeout)
 
 
@@ -168,31 +165,6 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
     credentials: TokenRegistry | None = memo.get("credentials")
     if credentials is not None:
         await credentials.aclose()
-    server: web.AppRunner | None = memo.get("metrics_server")
-    if server is not None:
-        await server.cleanup()
-
-
-async def _serve_metrics(registry: metrics.Registry, port: int) -> web.AppRunner | None:
-    """GET /metrics on `port`; a port already in use is reported, not fatal (metrics are optional)."""
-    if not port:
-        return None
-
-    async def scrape(_: web.Request) -> web.Response:
-        return web.Response(text=registry.render(), content_type="text/plain", charset="utf-8")
-
-    app = web.Application()
-    app.router.add_get("/metrics", scrape)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, "0.0.0.0", port).start()
-    except OSError as exc:
-        log.error("metrics endpoint not started on port %d: %s", port, exc)
-        await runner.cleanup()
-        return None
-    log.info("metrics on :%d/metrics", port)
-    return runner
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -576,15 +548,16 @@ def _record(registry: metrics.Registry, uid: str, outcome: Outcome) -> None:
         label = "retrying"
     else:
         label = "waiting" if outcome.cadence == cadence.Cadence.FAST else "synced"
-    registry.reconciles.inc(label, ",".join(outcome.calls) or "none")
+    registry.reconciles.labels(label, ",".join(outcome.calls) or "none").inc()
     for event in outcome.events:
-        registry.events.inc(event.type, event.reason)
+        registry.events.labels(event.type, event.reason).inc()
     if outcome.unchanged:
         return  # what the last full pass recorded still holds
     if outcome.release:
         registry.track(uid, None)
         return
     started = status.deletion.requested_time if status.deletion else None
+    stalled, ready = status.condition("Stalled"), status.condition("Ready")
     registry.track(
         uid,
         metrics.RunnerView(
@@ -593,6 +566,8 @@ def _record(registry: metrics.Registry, uid: str, outcome: Outcome) -> None:
             deletion_started=datetime.datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
             if started
             else None,
+            stalled_reason=str(stalled.reason) if stalled and stalled.status == "True" else None,
+            not_ready_reason=str(ready.reason) if ready and ready.status == "False" else None,
         ),
     )
 

@@ -1,171 +1,94 @@
-"""Prometheus metrics in the text exposition format, without a client library (one less dependency).
+"""The operator's Prometheus metrics, on prometheus_client (the exposition format is its job, not ours).
 
-Counters and histograms are updated in place; gauges about runners are computed at scrape time
-from what the last pass of each resource reported, so nothing goes stale when a resource is gone.
+Counters and the API latency histogram are updated as things happen. Everything about runners is
+computed at scrape time from what the last pass of each resource reported, so nothing goes stale
+when a resource is gone, and no series carries a per-object label: alerts on stalled or not-ready
+resources count them by reason, and `kubectl get managedrunners` names them.
 Every metric is listed in docs/observability.md (a test keeps the two in sync).
 """
 
 from __future__ import annotations
 
-import bisect
+import platform
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
-LabelValues = tuple[str, ...]
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+PREFIX = "managed_runner_operator_"
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(names: tuple[str, ...], values: LabelValues, extra: str = "") -> str:
-    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
+# A `<name>_created` series per counter doubles the series count for a timestamp nobody alerts on.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
-@dataclass
-class Counter:
-    name: str
-    help: str
-    labels: tuple[str, ...] = ()
-    values: dict[LabelValues, float] = field(default_factory=lambda: defaultdict(float))
-
-    def inc(self, *labels: str, by: float = 1.0) -> None:
-        self.values[labels] += by
-
-    def get(self, *labels: str) -> float:
-        return self.values.get(labels, 0.0)
-
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} counter"
-        for labels, value in sorted(self.values.items()):
-            yield f"{self.name}{_labels(self.labels, labels)} {value:g}"
-
-
-@dataclass
-class Histogram:
-    name: str
-    help: str
-    labels: tuple[str, ...] = ()
-    buckets: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-    counts: dict[LabelValues, list[int]] = field(default_factory=dict)
-    sums: dict[LabelValues, float] = field(default_factory=lambda: defaultdict(float))
-
-    def observe(self, value: float, *labels: str) -> None:
-        counts = self.counts.setdefault(labels, [0] * (len(self.buckets) + 1))
-        counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.sums[labels] += value
-
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} histogram"
-        for labels, counts in sorted(self.counts.items()):
-            running = 0
-            for bound, count in zip((*self.buckets, float("inf")), counts, strict=True):
-                running += count
-                le = "+Inf" if bound == float("inf") else f"{bound:g}"
-                bucket = _labels(self.labels, labels, 'le="' + le + '"')
-                yield f"{self.name}_bucket{bucket} {running}"
-            yield f"{self.name}_sum{_labels(self.labels, labels)} {self.sums[labels]:g}"
-            yield f"{self.name}_count{_labels(self.labels, labels)} {running}"
-
-
-@dataclass
-class Gauge:
-    """A gauge whose samples come from a function at scrape time."""
-
-    name: str
-    help: str
-    labels: tuple[str, ...]
-    sample: Callable[[], dict[LabelValues, float]]
-
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} gauge"
-        for labels, value in sorted(self.sample().items()):
-            yield f"{self.name}{_labels(self.labels, labels)} {value:g}"
-
-
-@dataclass
+@dataclass(frozen=True)
 class RunnerView:
+    """What the last pass of one resource reported, for the scrape-time gauges."""
+
     install_status: str
     connection_status: str
     deletion_started: float | None
+    stalled_reason: str | None = None  # Stalled=True's reason
+    not_ready_reason: str | None = None  # Ready=False's reason
 
 
 class Registry:
-    """The operator's metrics; one instance per process."""
+    """The operator's metrics; one instance per process, with its own prometheus_client registry."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
+    def __init__(self, clock: Callable[[], float] = time.time, version: str = "0+unknown") -> None:
+        self.registry = CollectorRegistry()
         self.runners: dict[str, RunnerView] = {}
-        # Returns (waits, wait seconds, 429s) for every shared request budget in use.
+        # Returns (waits, wait seconds, 429s) for every shared request budget, retired ones included.
         self.budget_stats: Callable[[], Iterable[tuple[int, float, int]]] = list
         self.reconciles = Counter(
-            "runner_operator_reconciles_total",
+            PREFIX + "reconciles",
             "Reconcile passes by outcome (synced, waiting, retrying, terminal, released) and action.",
             ("outcome", "action"),
+            registry=self.registry,
         )
         self.api_requests = Counter(
-            "runner_operator_api_requests_total",
+            PREFIX + "api_requests",
             "CoreWeave API requests by endpoint and response code (HTTP status, or 'transport').",
             ("endpoint", "code"),
+            registry=self.registry,
         )
         self.api_latency = Histogram(
-            "runner_operator_api_request_duration_seconds",
+            PREFIX + "api_request_duration_seconds",
             "CoreWeave API request latency by endpoint (one attempt; retries are separate requests).",
             ("endpoint",),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.events = Counter(
-            "runner_operator_events_total", "Kubernetes Events posted, by reason.", ("type", "reason")
+            PREFIX + "events",
+            "Kubernetes Events posted, by type and reason.",
+            ("type", "reason"),
+            registry=self.registry,
         )
-        self.gauges = [
-            Gauge(
-                "runner_operator_runners",
-                "Managed runners by the install and connection status last seen.",
-                ("install_status", "connection_status"),
-                self._runner_counts,
-            ),
-            Gauge(
-                "runner_operator_deletion_age_seconds",
-                "Age of the oldest deletion still in progress (0 when none).",
-                (),
-                self._deletion_age,
-            ),
-            Gauge(
-                "runner_operator_deleting_runners",
-                "Runners whose deletion is in progress.",
-                (),
-                self._deleting,
-            ),
-            Gauge(
-                "runner_operator_budget_waits_total",
-                "Requests that waited for the shared per-token request budget.",
-                (),
-                lambda: {(): float(sum(b[0] for b in self.budget_stats()))},
-            ),
-            Gauge(
-                "runner_operator_budget_wait_seconds_total",
-                "Seconds spent waiting for the shared per-token request budget.",
-                (),
-                lambda: {(): sum(b[1] for b in self.budget_stats())},
-            ),
-            Gauge(
-                "runner_operator_rate_limited_total",
-                "HTTP 429 answers that paused a shared request budget.",
-                (),
-                lambda: {(): float(sum(b[2] for b in self.budget_stats()))},
-            ),
-        ]
+        self.leader = Gauge(
+            PREFIX + "leader",
+            "1 while this process reconciles (holds the Lease, or leader election is off); 0 on standby.",
+            registry=self.registry,
+        )
+        Gauge(
+            PREFIX + "build_info",
+            "Always 1; the labels say which build is running.",
+            ("version", "python_version"),
+            registry=self.registry,
+        ).labels(version, platform.python_version()).set(1)
+        self.registry.register(_Scraped(self, clock))
+        prometheus_client.ProcessCollector(registry=self.registry)
+        prometheus_client.PlatformCollector(registry=self.registry)
 
     def observe_request(self, endpoint: str, code: str, seconds: float) -> None:
-        self.api_requests.inc(endpoint, code)
-        self.api_latency.observe(seconds, endpoint)
+        self.api_requests.labels(endpoint, code).inc()
+        self.api_latency.labels(endpoint).observe(seconds)
 
     def track(self, uid: str, view: RunnerView | None) -> None:
         if view is None:
@@ -174,41 +97,105 @@ class Registry:
             self.runners[uid] = view
 
     def render(self) -> str:
-        lines: list[str] = []
-        metrics: list[Counter | Histogram | Gauge] = [
-            self.reconciles,
-            self.api_requests,
-            self.api_latency,
-            self.events,
-            *self.gauges,
-        ]
-        for metric in metrics:
-            lines.extend(metric.render())
-        return "\n".join(lines) + "\n"
+        return prometheus_client.generate_latest(self.registry).decode()
 
-    def _runner_counts(self) -> dict[LabelValues, float]:
-        counts: dict[LabelValues, float] = defaultdict(float)
-        for view in self.runners.values():
-            counts[(view.install_status or "UNKNOWN", view.connection_status or "UNKNOWN")] += 1
-        return dict(counts)
+    def serve(self, port: int) -> Callable[[], None]:
+        """GET /metrics on `port` from a thread, so a busy event loop or a standby still answers.
 
-    def _deletion_age(self) -> dict[LabelValues, float]:
-        started = [v.deletion_started for v in self.runners.values() if v.deletion_started is not None]
-        return {(): max(0.0, self._clock() - min(started)) if started else 0.0}
+        Returns a function that stops the server; OSError when the port cannot be bound.
+        """
+        server, thread = prometheus_client.start_http_server(port, registry=self.registry)
 
-    def _deleting(self) -> dict[LabelValues, float]:
-        return {(): float(sum(1 for v in self.runners.values() if v.deletion_started is not None))}
+        def stop() -> None:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+
+        return stop
 
 
-METRIC_NAMES = (
-    "runner_operator_reconciles_total",
-    "runner_operator_api_requests_total",
-    "runner_operator_api_request_duration_seconds",
-    "runner_operator_events_total",
-    "runner_operator_runners",
-    "runner_operator_deletion_age_seconds",
-    "runner_operator_deleting_runners",
-    "runner_operator_budget_waits_total",
-    "runner_operator_budget_wait_seconds_total",
-    "runner_operator_rate_limited_total",
+class _Scraped(Collector):
+    """Gauges about runners and counters kept by the request budgets, computed at each scrape."""
+
+    def __init__(self, owner: Registry, clock: Callable[[], float]) -> None:
+        self._owner = owner
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        # The scrape thread reads what the event loop writes: list() copies a dict in one step
+        # under the GIL, so a pass that adds or drops a runner meanwhile cannot break the iteration.
+        views = list(self._owner.runners.values())
+        budgets = list(self._owner.budget_stats())
+        yield _by_labels(
+            "runners",
+            "Managed runners by the install and connection status last seen.",
+            ("install_status", "connection_status"),
+            Tally((v.install_status or "UNKNOWN", v.connection_status or "UNKNOWN") for v in views),
+        )
+        yield _by_labels(
+            "resources_stalled",
+            "ManagedRunners with Stalled=True, by reason: only a spec change or a person fixes them.",
+            ("reason",),
+            Tally((v.stalled_reason,) for v in views if v.stalled_reason),
+        )
+        yield _by_labels(
+            "resources_not_ready",
+            "ManagedRunners with Ready=False, by reason.",
+            ("reason",),
+            Tally((v.not_ready_reason,) for v in views if v.not_ready_reason),
+        )
+        started = [v.deletion_started for v in views if v.deletion_started is not None]
+        yield GaugeMetricFamily(
+            PREFIX + "deletion_age_seconds",
+            "Age of the oldest deletion still in progress (0 when none).",
+            value=max(0.0, self._clock() - min(started)) if started else 0.0,
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "deleting_runners", "Runners whose deletion is in progress.", value=len(started)
+        )
+        yield CounterMetricFamily(
+            PREFIX + "budget_waits",
+            "Requests that waited for the shared per-token request budget.",
+            value=sum(b[0] for b in budgets),
+        )
+        yield CounterMetricFamily(
+            PREFIX + "budget_wait_seconds",
+            "Seconds spent waiting for the shared per-token request budget.",
+            value=sum(b[1] for b in budgets),
+        )
+        yield CounterMetricFamily(
+            PREFIX + "rate_limited",
+            "HTTP 429 answers that paused a shared request budget.",
+            value=sum(b[2] for b in budgets),
+        )
+
+
+def _by_labels(
+    name: str, documentation: str, labels: tuple[str, ...], counts: Tally[tuple[str, ...]]
+) -> Metric:
+    family = GaugeMetricFamily(PREFIX + name, documentation, labels=labels)
+    for values, count in sorted(counts.items()):
+        family.add_metric(values, count)
+    return family
+
+
+METRIC_NAMES = tuple(
+    PREFIX + name
+    for name in (
+        "reconciles_total",
+        "api_requests_total",
+        "api_request_duration_seconds",
+        "events_total",
+        "leader",
+        "build_info",
+        "runners",
+        "resources_stalled",
+        "resources_not_ready",
+        "deletion_age_seconds",
+        "deleting_runners",
+        "budget_waits_total",
+        "budget_wait_seconds_total",
+        "rate_limited_total",
+    )
 )
+"""The operator's own metrics (process_* and python_* come from prometheus_client's collectors)."""

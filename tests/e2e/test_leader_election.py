@@ -11,21 +11,47 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness import OperatorProcess, SimulatorThread, manifest
 from tests.e2e.kube import Kube, wait_for
 from tests.e2e.test_crash_safety import mutating_calls
 from tests.e2e.test_lifecycle import create, patch_spec, wait_gone, wait_ready
 from tests.e2e.test_ownership import delete
+from tests.testenv.localcluster import free_port
 
 LEASE = "managed-runner-operator"
 HOLDS = "holds the Lease; starting"
 
 
-def replica(kube: Kube, ns: str, sim: SimulatorThread, tmp_path: Path) -> OperatorProcess:
-    env = {"RUNNER_OPERATOR_LEADER_ELECTION": "true", "RUNNER_OPERATOR_LEADER_ELECTION_NAMESPACE": ns}
+def replica(
+    kube: Kube, ns: str, sim: SimulatorThread, tmp_path: Path, metrics_port: int = 0
+) -> OperatorProcess:
+    env = {
+        "RUNNER_OPERATOR_LEADER_ELECTION": "true",
+        "RUNNER_OPERATOR_LEADER_ELECTION_NAMESPACE": ns,
+        "RUNNER_OPERATOR_METRICS_PORT": str(metrics_port),
+    }
     return OperatorProcess(kube.kubeconfig, [ns], sim.url, tmp_path, env=env).start()
+
+
+def _some(value: float | None) -> list[float] | None:
+    """A scraped 0 as a truthy answer for wait_for."""
+    return None if value is None else [value]
+
+
+def leader_gauge(port: int) -> float | None:
+    """managed_runner_operator_leader as scraped from that replica (None while it does not answer)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return None
+    for family in text_string_to_metric_families(text):
+        if family.name == "managed_runner_operator_leader":
+            return float(family.samples[0].value)
+    return None
 
 
 def holder(kube: Kube, ns: str) -> str:
@@ -57,10 +83,14 @@ def test_the_standby_takes_over_and_every_write_happens_once(
     try:
         a.wait_for_log(HOLDS, timeout=60)
         first = holder(kube, ns)
-        b = replica(kube, ns, own_sim, tmp_path)
+        b_metrics = free_port()
+        b = replica(kube, ns, own_sim, tmp_path, b_metrics)
         replicas.append(b)
         b.wait_for_log("standby, the Lease is held by", timeout=60)
         assert HOLDS not in b.output()
+        # A standby is scraped too, and says it is not the one acting (the chart's alert sums this).
+        scraped = wait_for(lambda: _some(leader_gauge(b_metrics)), timeout=20, what="standby metrics")
+        assert scraped == [0.0]
 
         body = manifest("ha")
         runner_id = body["spec"]["runnerId"]
@@ -72,6 +102,7 @@ def test_the_standby_takes_over_and_every_write_happens_once(
         second, waited = handover(kube, ns, first)
         assert waited >= 10, f"took over {waited:.1f} s after the kill, before the Lease could expire"
         b.wait_for_log(HOLDS, timeout=30)
+        assert leader_gauge(b_metrics) == 1
         patch_spec(kube, ns, "ha", {"displayName": "after the kill"})
         wait_ready(kube, ns, "ha", generation=2)
 

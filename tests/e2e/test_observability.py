@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness import OperatorProcess, SimulatorThread, manifest
 from tests.e2e.kube import Kube, wait_for
 from tests.e2e.test_lifecycle import create, wait_ready
-from tests.testenv.localcluster import free_port
+from tests.testenv.localcluster import BIN_DIR, free_port
 
 
 def test_metrics_endpoint_and_json_logs(kube: Kube, crd: str, sim: SimulatorThread, tmp_path: Path) -> None:
@@ -28,14 +30,31 @@ def test_metrics_endpoint_and_json_logs(kube: Kube, crd: str, sim: SimulatorThre
         create(kube, ns, manifest("watched"))
         wait_ready(kube, ns, "watched")
         text = wait_for(lambda: _scrape(port), timeout=20, what="metrics endpoint")
-        assert 'runner_operator_api_requests_total{endpoint="create",code="200"} 1' in text
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        P = "managed_runner_operator_"
+
+        def value(family: str, **labels: str) -> float:
+            return next(s.value for s in families[family].samples if s.labels == labels)
+
+        assert families[P + "api_requests"].type == "counter"
+        assert value(P + "api_requests", endpoint="create", code="200") == 1
         assert (
-            'runner_operator_runners{install_status="RUNNER_INSTALL_STATUS_READY",'
-            'connection_status="RUNNER_CONNECTION_STATUS_CONNECTED"} 1' in text
+            value(
+                P + "runners",
+                install_status="RUNNER_INSTALL_STATUS_READY",
+                connection_status="RUNNER_CONNECTION_STATUS_CONNECTED",
+            )
+            == 1
         )
-        assert 'runner_operator_reconciles_total{outcome="synced",action="none"}' in text
-        assert 'runner_operator_events_total{type="Normal",reason="Created"} 1' in text
-        assert "runner_operator_api_request_duration_seconds_bucket" in text
+        assert value(P + "reconciles", outcome="synced", action="none") >= 1
+        assert value(P + "events", type="Normal", reason="Created") == 1
+        assert families[P + "api_request_duration_seconds"].type == "histogram"
+        assert value(P + "leader") == 1
+        assert families["process_resident_memory_bytes"].samples[0].value > 0
+        checked = subprocess.run(
+            [str(BIN_DIR / "promtool"), "check", "metrics"], input=text, capture_output=True, text=True
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
     finally:
         op.stop()
     lines = [line for line in op.output().splitlines() if line.strip().startswith("{")]
@@ -51,5 +70,7 @@ def _scrape(port: int) -> str | None:
     except httpx.HTTPError:
         return None
     return (
-        response.text if response.status_code == 200 and "runner_operator_runners" in response.text else None
+        response.text
+        if response.status_code == 200 and "managed_runner_operator_runners{" in response.text
+        else None
     )

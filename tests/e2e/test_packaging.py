@@ -582,7 +582,7 @@ def _lifecycle_under_the_chart(
         body = manifest("default-token", secret=None)
         lifecycle.create(kube, ns, body)
         lifecycle.wait_ready(kube, ns, "default-token")
-        assert "runner_operator_reconciles_total" in operator.metrics()
+        assert "managed_runner_operator_reconciles_total" in operator.metrics()
         assert operator.probe() == 200
     finally:
         operator.stop()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real kube-apiserver, kube-controller-manager, etcd and kubectl (one Kubernetes module graph) and helm v4 into bin/.
+# Builds the real kube-apiserver, kube-controller-manager, etcd and kubectl (one Kubernetes module graph),
+# helm v4 and Prometheus' promtool (each its own module graph) into bin/.
 # Idempotent: skips the build when bin/.stamp matches the hash of go.mod, go.sum, this script and the flags.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -8,6 +9,8 @@ cd "$here"
 K8S_VERSION=v1.37.2
 ETCD_PKG=go.etcd.io/etcd/server/v3
 HELM_VERSION=v4.3.2
+# Prometheus v3.x is published to the Go proxy as v0.3xx.y (v0.316.0 = Prometheus 3.16.0).
+PROMETHEUS_VERSION=v0.316.0
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 
 vp=k8s.io/component-base/version
@@ -24,7 +27,7 @@ HELM_LDFLAGS="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X
 
 key="$(cat go.mod go.sum build.sh | sha256sum | cut -d' ' -f1)"
 if [[ -f bin/.stamp && "$(cat bin/.stamp)" == "$key" ]] \
-   && [[ -x bin/kube-apiserver && -x bin/kube-controller-manager && -x bin/etcd && -x bin/kubectl && -x bin/helm ]]; then
+   && [[ -x bin/kube-apiserver && -x bin/kube-controller-manager && -x bin/etcd && -x bin/kubectl && -x bin/helm && -x bin/promtool ]]; then
   echo "testenv: binaries up to date (bin/, key ${key:0:12})"
   exit 0
 fi
@@ -47,5 +50,9 @@ step "building kubectl $K8S_VERSION"
 go build -trimpath -ldflags "$K8S_LDFLAGS" -o bin/kubectl k8s.io/kubernetes/cmd/kubectl
 step "building helm $HELM_VERSION (own module graph)"
 GOBIN="$here/bin" go install -trimpath -ldflags "$HELM_LDFLAGS" "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+step "building promtool (Prometheus $PROMETHEUS_VERSION; rule and metrics checks)"
+# remove_all_sd leaves out the service-discovery plugins (cloud SDKs) promtool's checks never use: half the build time.
+GOBIN="$here/bin" go install -tags remove_all_sd -trimpath -ldflags "-s -w" \
+  "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
 echo "$key" > bin/.stamp
 step "done: $(ls bin | tr '\n' ' ')"
