@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.e2e.harness import OperatorProcess
+from tests.testenv.tools import tool
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "managed-runner-operator"
@@ -63,7 +62,12 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "existing-secret": {"credentials": {"existingSecret": "coreweave-api", "key": "apiToken"}},
     "token-created": {"credentials": {"token": "CW-SECRET-example"}},
     "metrics-on": {
-        "metrics": {"enabled": True, "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}}
+        "metrics": {
+            "enabled": True,
+            "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+            "prometheusRule": {"enabled": True, "labels": {"release": "kps"}, "stalledFor": "30m"},
+            "grafanaDashboard": {"enabled": True, "namespace": "monitoring"},
+        }
     },
     "secret-namespaces": {
         "rbac": {"secretNamespaces": ["team-a"]},
@@ -107,16 +111,7 @@ FINALIZER_WAY_OUT = (
 
 def helm_binary() -> str:
     """The helm built by tests/testenv/build.sh (or one on PATH); skip locally, fail in CI, without it."""
-    built = BIN_DIR / "helm"
-    if built.is_file():
-        return str(built)
-    found = shutil.which("helm")
-    if found:
-        return found
-    message = "helm not found: run tests/testenv/build.sh"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI: {message}", pytrace=False)
-    pytest.skip(message)
+    return tool("helm")
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

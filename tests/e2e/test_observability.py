@@ -12,7 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.harness import OperatorProcess, SimulatorThread, manifest
 from tests.e2e.kube import Kube, wait_for
 from tests.e2e.test_lifecycle import create, wait_ready
-from tests.testenv.localcluster import BIN_DIR, free_port
+from tests.testenv.localcluster import free_port
+from tests.testenv.tools import tool
 
 
 def test_metrics_endpoint_and_json_logs(kube: Kube, crd: str, sim: SimulatorThread, tmp_path: Path) -> None:
@@ -52,7 +53,7 @@ def test_metrics_endpoint_and_json_logs(kube: Kube, crd: str, sim: SimulatorThre
         assert value(P + "leader") == 1
         assert families["process_resident_memory_bytes"].samples[0].value > 0
         checked = subprocess.run(
-            [str(BIN_DIR / "promtool"), "check", "metrics"], input=text, capture_output=True, text=True
+            [tool("promtool"), "check", "metrics"], input=text, capture_output=True, text=True
         )
         assert checked.returncode == 0, checked.stdout + checked.stderr
     finally:

@@ -48,6 +48,14 @@ INVALID: dict[str, tuple[dict[str, Any], str]] = {
         "metrics.serviceMonitor.enabled needs metrics.enabled: true",
     ),
     "port-clash": ({"metrics": {"port": 8080}}, "metrics.port and health.port must differ"),
+    "rules-without-endpoint": (
+        {"metrics": {"port": 0, "prometheusRule": {"enabled": True}}},
+        "metrics.prometheusRule.enabled needs a metrics.port",
+    ),
+    "error-ratio-above-one": (
+        {"metrics": {"prometheusRule": {"apiErrorRatio": 5}}},
+        "at '/metrics/prometheusRule/apiErrorRatio'",
+    ),
 }
 
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
