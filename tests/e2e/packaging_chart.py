@@ -66,7 +66,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "enabled": True,
             "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
             "prometheusRule": {"enabled": True, "labels": {"release": "kps"}, "stalledFor": "30m"},
-            "grafanaDashboard": {"enabled": True, "namespace": "monitoring"},
+            "grafanaDashboard": {"enabled": True},
         }
     },
     "secret-namespaces": {
@@ -157,8 +157,23 @@ def render(
     namespace: str = "runner-operator",
 ) -> list[dict[str, Any]]:
     """`helm template` output as a list of objects (empty documents dropped)."""
-    out = template(values, release=release, namespace=namespace).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
+    return documents(template(values, release=release, namespace=namespace).stdout)
+
+
+def render_for_cluster(
+    values: Mapping[str, Any] | None = None,
+    *,
+    release: str = "runner-operator",
+    namespace: str = "runner-operator",
+) -> list[dict[str, Any]]:
+    """`render` without the CRD, for applying to the test cluster: the suite's `crd` fixture owns it,
+    and a test that deletes what it applied must never delete the CRD (and every ManagedRunner)."""
+    return render({**(values or {}), "crds": {"enabled": False}}, release=release, namespace=namespace)
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    """The non-empty YAML documents, parsed by libyaml (the pure-Python parser takes ~0.7 s on the CRD)."""
+    return [doc for doc in yaml.load_all(text, Loader=yaml.CSafeLoader) if doc]
 
 
 def find(docs: Sequence[Mapping[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:

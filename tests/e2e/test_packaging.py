@@ -9,9 +9,12 @@ permission error naming that verb and resource. Namespaces here are `pkg-*`, nev
 
 from __future__ import annotations
 
+import functools
+import json
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -21,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from tests.e2e import packaging_chart as chart
 from tests.e2e import test_lifecycle as lifecycle
-from tests.e2e.conftest import E2E_TIMINGS
+from tests.e2e.conftest import CRD_PATH, E2E_TIMINGS
 from tests.e2e.harness import GROUP, PLURAL, VERSION, SimulatorThread, condition, manifest
 from tests.e2e.kube import Kube, json_object, wait_for
 from tests.e2e.packaging_chart import ROOT, DeployedOperator, Grant
@@ -36,26 +40,35 @@ RBAC_DENIED = 'is forbidden: User "system:serviceaccount:'
 FAST = {"fastInterval": 0.5, "resyncInterval": 5}
 # The harness's retry budget (seconds) keeps failing passes short.
 EXTRA_ENV = [{"name": "RUNNER_OPERATOR_RETRY_BUDGET", "value": "2"}]
-SERVICE_MONITOR_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
-    "spec": {
-        "group": "monitoring.coreos.com",
-        "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "listKind": "ServiceMonitorList"},
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
+
+
+def served(kube: Kube, plural: str) -> bool:
+    return plural in kube.kubectl("api-resources", "--api-group=monitoring.coreos.com").stdout
+
+
+def prometheus_operator_crd(kind: str) -> dict[str, Any]:
+    """A schemaless stand-in for a Prometheus Operator CRD (ServiceMonitor, PrometheusRule)."""
+    plural = kind.lower() + "s"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "names": {"kind": kind, "plural": plural, "listKind": kind + "List"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
 
 
 # -- fixtures and helpers ------------------------------------------------------------------------
@@ -160,15 +173,19 @@ def test_rendered_manifests_apply_to_the_api_server(kube: Kube, crd: str, name: 
         settings["watchNamespaces"] = [kube.new_namespace("pkg") for _ in settings["watchNamespaces"]]
     if (settings.get("rbac") or {}).get("secretNamespaces"):
         settings["rbac"] = {"secretNamespaces": [kube.new_namespace("pkg")]}
-    if (settings.get("metrics") or {}).get("serviceMonitor", {}).get("enabled"):
-        kube.kubectl("apply", "--server-side", "-f", "-", input=chart.yaml_stream([SERVICE_MONITOR_CRD]))
-        wait_for(
-            lambda: (
-                "servicemonitors" in kube.kubectl("api-resources", "--api-group=monitoring.coreos.com").stdout
-            ),
-            what="ServiceMonitor API served",
+    metrics = settings.get("metrics") or {}
+    kinds = [
+        k
+        for k in ("ServiceMonitor", "PrometheusRule")
+        if metrics.get(k[0].lower() + k[1:], {}).get("enabled")
+    ]
+    for kind in kinds:
+        plural = kind.lower() + "s"
+        kube.kubectl(
+            "apply", "--server-side", "-f", "-", input=chart.yaml_stream([prometheus_operator_crd(kind)])
         )
-    docs = chart.render(settings, release=f"r{uuid.uuid4().hex[:6]}", namespace=namespace)
+        wait_for(functools.partial(served, kube, plural), what=f"{kind} API served")
+    docs = chart.render_for_cluster(settings, release=f"r{uuid.uuid4().hex[:6]}", namespace=namespace)
     applied = apply(kube, docs).splitlines()
     assert len(applied) == len(docs), applied
     assert all(line.endswith(" serverside-applied") for line in applied), applied
@@ -199,9 +216,19 @@ def test_helm_install_upgrade_and_uninstall(kube: Kube, crd: str, sim: Simulator
     watched = kube.new_namespace("pkg")
     name = f"h{uuid.uuid4().hex[:6]}"
     base = ["--kubeconfig", str(kube.kubeconfig), "--namespace", namespace]
-    first = chart.values_file({"watchNamespaces": [watched], "credentials": {"token": sim.token}})
+    # The suite's CRD fixture owns the CRD here; test_helm_upgrade_from_the_previous_chart_upgrades_the_crd
+    # is where the chart owns it.
+    crds = {"enabled": False}
+    first = chart.values_file(
+        {"watchNamespaces": [watched], "credentials": {"token": sim.token}, "crds": crds}
+    )
     second = chart.values_file(
-        {"watchNamespaces": [watched], "credentials": {"token": sim.token}, "metrics": {"enabled": True}}
+        {
+            "watchNamespaces": [watched],
+            "credentials": {"token": sim.token},
+            "metrics": {"enabled": True},
+            "crds": crds,
+        }
     )
     try:
         installed = chart.helm("install", name, str(chart.CHART), *base, "--values", str(first))
@@ -232,6 +259,93 @@ def test_helm_install_upgrade_and_uninstall(kube: Kube, crd: str, sim: Simulator
     meta = kube.apiext.read_custom_resource_definition(crd).metadata
     assert meta is not None
     assert meta.name == crd
+
+
+PREVIOUS_CHART = ROOT / "tests" / "e2e" / "data" / "managed-runner-operator-0.1.0.tgz"
+"""Chart 0.1.0 as released (`helm package` of main at 7cea3e4): its CRD was in crds/."""
+
+
+def release_fields(crd: str) -> str:
+    """An apply of the CRD's name alone: the manager that sends it stops owning every other field
+    (fields another manager also owns stay; server-side apply docs, "Transferring ownership")."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": crd},
+        }
+    )
+
+
+def live_crd(kube: Kube, name: str) -> dict[str, Any]:
+    return json_object(json.loads(kube.kubectl("get", "crd", name, "-o", "json").stdout))
+
+
+def test_helm_upgrade_from_the_previous_chart_upgrades_the_crd(
+    kube: Kube, crd: str, sim: SimulatorThread, tmp_path: Path
+) -> None:
+    """0.1.0 installed the CRD from crds/, which Helm never upgrades. From 0.2.0 the CRD is a template:
+    the first upgrade takes the existing CRD over (`--take-ownership`, once), and every later
+    upgrade changes it; `helm uninstall` leaves it (helm.sh/resource-policy: keep)."""
+    namespace = kube.new_namespace("pkgop")
+    watched = kube.new_namespace("pkg")
+    name = f"u{uuid.uuid4().hex[:6]}"
+    base = ["--kubeconfig", str(kube.kubeconfig), "--namespace", namespace]
+    values = chart.values_file({"watchNamespaces": [watched], "credentials": {"token": sim.token}})
+    with tarfile.open(PREVIOUS_CHART) as tar:
+        member = tar.extractfile(f"managed-runner-operator/crds/{crd}.yaml")
+        assert member is not None
+        old_crd = member.read().decode()
+    # A later release's CRD: the same chart with one more printer column.
+    later = tmp_path / "later"
+    shutil.copytree(chart.CHART, later)
+    later_crd = later / "files" / f"{crd}.yaml"
+    doc = yaml.safe_load(later_crd.read_text())
+    column = {"name": "Upgraded", "type": "string", "jsonPath": ".status.phase", "priority": 1}
+    doc["spec"]["versions"][0]["additionalPrinterColumns"].append(column)
+    later_crd.write_text(yaml.safe_dump(doc))
+    try:
+        # The cluster as 0.1.0 left it: its CRD from crds/, then the release (Helm skips an existing
+        # crds/ CRD).
+        kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=old_crd)
+        installed = chart.helm("install", name, str(PREVIOUS_CHART), *base, "--values", str(values))
+        assert "STATUS: deployed" in installed.stdout
+        assert "helm.sh/resource-policy" not in (live_crd(kube, crd)["metadata"].get("annotations") or {})
+
+        # Without --take-ownership Helm refuses to manage an object it did not create, and changes nothing.
+        refused = chart.helm("upgrade", name, str(chart.CHART), *base, "--values", str(values), check=False)
+        assert refused.returncode != 0
+        assert "invalid ownership metadata" in refused.stderr, refused.stderr
+
+        # docs/install.md's one-time step: Helm takes the CRD over, then kubectl (which applied it
+        # the 0.1.0 way) gives its fields up, so that later upgrades do not conflict with it.
+        taken = chart.helm(
+            "upgrade", name, str(chart.CHART), *base, "--values", str(values), "--take-ownership"
+        )
+        kube.kubectl(
+            "apply", "--server-side", "--field-manager=kubectl", "-f", "-", input=release_fields(crd)
+        )
+        assert "STATUS: deployed" in taken.stdout
+        meta = live_crd(kube, crd)["metadata"]
+        assert meta["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert meta["annotations"]["meta.helm.sh/release-name"] == name
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        ours = yaml.safe_load((ROOT / "crds" / f"{crd}.yaml").read_text())
+        version = live_crd(kube, crd)["spec"]["versions"][0]
+        assert version["schema"] == ours["spec"]["versions"][0]["schema"]  # kubectl's release removed nothing
+
+        later_upgrade = chart.helm("upgrade", name, str(later), *base, "--values", str(values))
+        assert "STATUS: deployed" in later_upgrade.stdout
+        columns = live_crd(kube, crd)["spec"]["versions"][0]["additionalPrinterColumns"]
+        assert column in columns
+
+        chart.helm("uninstall", name, *base)
+        assert live_crd(kube, crd)["metadata"]["name"] == crd  # kept: every ManagedRunner survives
+    finally:
+        values.unlink()
+        chart.helm("uninstall", name, *base, check=False)
+        kube.apply_crd(CRD_PATH)  # the suite's CRD again, for the tests that follow
+    assert column not in live_crd(kube, crd)["spec"]["versions"][0]["additionalPrinterColumns"]
 
 
 # -- what the ServiceAccount may do ----------------------------------------------------------------
@@ -308,7 +422,9 @@ def test_service_account_may_do_exactly_what_the_operator_needs(
 ) -> None:
     name, namespace = release
     other = kube.new_namespace("pkg")
-    docs = chart.render(values(sim, credentials={"existingSecret": "api"}), release=name, namespace=namespace)
+    docs = chart.render_for_cluster(
+        values(sim, credentials={"existingSecret": "api"}), release=name, namespace=namespace
+    )
     deployment, _ = install(kube, docs)
     sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     # Cluster-wide by default: ManagedRunners, their status and Events anywhere; Secrets nowhere but
@@ -328,20 +444,20 @@ def test_service_account_may_do_exactly_what_the_operator_needs(
         credentials={"existingSecret": "api", "namespaceSelector": "team=a"},
         rbac={"secretsInEveryNamespace": True},
     )
-    deployment, _ = install(kube, chart.render(wide, release=name, namespace=namespace))
+    deployment, _ = install(kube, chart.render_for_cluster(wide, release=name, namespace=namespace))
     sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     assert decisions(kube, namespace, sa, other) == DISCOVERY | APPLICATION | {("", "namespaces", "", "get")}
 
     # Secrets in listed namespaces only.
     name, listed = f"r{uuid.uuid4().hex[:6]}", kube.new_namespace("pkg")
     narrow = values(sim, credentials={"existingSecret": "api"}, rbac={"secretNamespaces": [listed]})
-    deployment, _ = install(kube, chart.render(narrow, release=name, namespace=namespace))
+    deployment, _ = install(kube, chart.render_for_cluster(narrow, release=name, namespace=namespace))
     sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     assert decisions(kube, namespace, sa, listed) == DISCOVERY | APPLICATION
     assert decisions(kube, namespace, sa, other) == DISCOVERY | APPLICATION - SECRETS
 
     name, watched = f"r{uuid.uuid4().hex[:6]}", kube.new_namespace("pkg")
-    docs = chart.render(
+    docs = chart.render_for_cluster(
         values(sim, watchNamespaces=[watched], credentials={"existingSecret": "api"}),
         release=name,
         namespace=namespace,
@@ -382,7 +498,9 @@ def test_namespace_editors_create_and_viewers_list_managed_runners(
     name, namespace = release
     install(
         kube,
-        chart.render(values(sim, credentials={"existingSecret": "api"}), release=name, namespace=namespace),
+        chart.render_for_cluster(
+            values(sim, credentials={"existingSecret": "api"}), release=name, namespace=namespace
+        ),
     )
     team = kube.new_namespace("pkg")
     rbac = client.RbacAuthorizationV1Api(kube.api)
@@ -475,7 +593,7 @@ def _prove(
             else:  # every cluster-wide rule, the opt-in Secrets one included; `b` uses the default token
                 settings.update(chart.CLUSTER_PROOF_VALUES)
                 settings["credentials"] = {**chart.CLUSTER_PROOF_VALUES["credentials"], "namespaces": [ns]}
-            docs = chart.render(settings, release=release, namespace=namespace)
+            docs = chart.render_for_cluster(settings, release=release, namespace=namespace)
             grant = next((g for g in chart.grants(docs) if g.id == removed), None)
             assert (grant is None) == (removed is None), f"{removed} is not granted by the chart"
             if grant is not None:
@@ -561,7 +679,8 @@ def _lifecycle_under_the_chart(
     kube.create_secret(namespace, "api", {"token": sim.token})
     ns = kube.new_namespace("pkg")
     kube.create_secret(ns, "coreweave-api", {"token": sim.token})
-    docs = chart.render(  # the least Secret access that works: Secrets of `ns`, the default token for `ns`
+    # The least Secret access that works: Secrets of `ns`, the default token for `ns`.
+    docs = chart.render_for_cluster(
         values(
             sim,
             credentials={"existingSecret": "api", "namespaces": [ns]},

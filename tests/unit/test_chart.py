@@ -87,7 +87,7 @@ def test_helm_lint_is_clean(name: str) -> None:
 def test_template_renders_valid_unique_objects(name: str) -> None:
     result = chart.template(VALUE_SETS[name])
     assert chart.helm_noise_removed(result.stderr) == "", result.stderr
-    docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    docs = chart.documents(result.stdout)
     keys = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs]
     assert len(keys) == len(set(keys)), keys
     for doc in docs:
@@ -106,19 +106,37 @@ def test_invalid_values_are_rejected_with_a_clear_message(name: str) -> None:
     assert message in result.stderr, result.stderr
 
 
-def test_the_chart_crd_is_the_crds_file(tmp_path: Path) -> None:
-    """A symlink, so the two cannot drift; `helm package` stores the file's content."""
-    crd = "managedrunners.sandbox.coreweave.com.yaml"
-    ours = chart.CHART / "crds" / crd
-    assert ours.is_symlink(), f"{ours} must be a symlink to crds/{crd}"
-    assert ours.resolve() == (ROOT / "crds" / crd).resolve()
-    assert sorted(p.name for p in ours.parent.iterdir()) == [crd]
+CRD_FILE = "managedrunners.sandbox.coreweave.com.yaml"
+CHART_CRD = chart.CHART / "files" / CRD_FILE
+
+
+def test_the_chart_crd_is_the_crds_file() -> None:
+    """A copy (no symlink: the chart directory works copied alone), kept identical by this test."""
+    assert not [p for p in chart.CHART.rglob("*") if p.is_symlink()]
+    assert not (chart.CHART / "crds").exists(), "crds/ is installed once and never upgraded by Helm"
+    assert CHART_CRD.read_bytes() == (ROOT / "crds" / CRD_FILE).read_bytes(), (
+        "the chart's CRD is stale: run `python -m tests.unit.test_chart`"
+    )
+
+
+def test_the_crd_is_a_template_kept_on_uninstall(tmp_path: Path) -> None:
+    source = yaml.safe_load((ROOT / "crds" / CRD_FILE).read_text())
+    crd = one(render(), "CustomResourceDefinition")
+    assert crd["spec"] == source["spec"]
+    assert crd["metadata"]["name"] == source["metadata"]["name"]
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    unkept = one(render({"crds": {"keep": False}}), "CustomResourceDefinition")
+    assert "helm.sh/resource-policy" not in (unkept["metadata"].get("annotations") or {})
+    assert not find(render({"crds": {"enabled": False}}), "CustomResourceDefinition")
     chart.helm("package", str(chart.CHART), "--destination", str(tmp_path))
     (archive,) = tmp_path.glob("*.tgz")
     with tarfile.open(archive) as tar:
-        member = tar.extractfile(f"managed-runner-operator/crds/{crd}")
+        names = tar.getnames()
+        member = tar.extractfile(f"managed-runner-operator/files/{CRD_FILE}")
         assert member is not None
-        assert member.read() == (ROOT / "crds" / crd).read_bytes()
+        assert member.read() == CHART_CRD.read_bytes()
+    assert not [n for n in names if n.startswith("managed-runner-operator/crds/")]
 
 
 def test_pod_is_hardened_and_elects_a_leader() -> None:
@@ -294,15 +312,17 @@ def test_notes_tell_the_user_how_to_check_the_install() -> None:
     assert "kubectl -n ops rollout status deployment/mro-managed-runner-operator" in notes
     assert "kubectl auth can-i" in notes
     assert "Secret ops/cw" in notes
-    assert "helm upgrade` never updates the CRD" in notes
+    assert "`helm upgrade` upgrades it, and `helm uninstall` keeps it" in notes
 
 
 # -- plain manifests --------------------------------------------------------------------------
 
-PLAIN_VALUES = {"credentials": {"existingSecret": "coreweave-api"}}
+# The CRD comes from ../crds in deploy/kustomization.yaml, as for users who apply it themselves.
+PLAIN_VALUES = {"credentials": {"existingSecret": "coreweave-api"}, "crds": {"enabled": False}}
 PLAIN_HEADER = """\
 # Generated from helm/managed-runner-operator by `python -m tests.unit.test_chart` (a test keeps them
-# identical): the chart's default values plus credentials.existingSecret=coreweave-api, release
+# identical): the chart's default values plus credentials.existingSecret=coreweave-api and
+# crds.enabled=false (kustomization.yaml takes the CRD from crds/), release
 # "managed-runner-operator" in namespace "runner-operator". Install with
 #   kubectl apply --server-side -k deploy/
 """
@@ -396,6 +416,7 @@ def test_install_guide_has_every_section_and_the_finalizer_way_out() -> None:
 
 
 if __name__ == "__main__":
+    CHART_CRD.write_bytes((ROOT / "crds" / CRD_FILE).read_bytes())
     (ROOT / "deploy" / "operator.yaml").write_text(plain_manifests())
     sys.exit(0)
 
