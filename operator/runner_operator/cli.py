@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from runner_operator.cloud.client import CloudClient
 
@@ -23,8 +23,29 @@ LEADERSHIP_LOST = 75
 """Exit status after losing the Lease (EX_TEMPFAIL): the Deployment restarts the pod as a standby."""
 
 
+EXIT_CODES = """exit status:
+  0  done (plan: nothing to change, or changes without --detailed-exitcode)
+  1  an error: bad arguments, an unreadable or invalid manifest, no or a rejected token, the API
+     unreachable, or a plan the operator would refuse (Blocked)
+  2  plan --detailed-exitcode only: the operator would create, update or delete a runner
+  130 interrupted"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error exits 1: 2 means "changes pending" for `plan --detailed-exitcode`."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runner-operator", description=__doc__)
+    parser = _Parser(
+        prog="runner-operator",
+        description=__doc__,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -60,6 +81,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("-f", "--filename", type=Path, required=True, help="ManagedRunner YAML ('-' = stdin)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.add_argument(
+        "--detailed-exitcode",
+        action="store_true",
+        help="exit 2 when the operator would create, update or delete a runner (Terraform's meaning)",
+    )
+    plan.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help="for manifests without one (default: the kubeconfig context's)",
+    )
+    plan.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="read the live resources and dry-run the apply there (default: KUBECONFIG, ~/.kube/config)",
+    )
+    plan.add_argument(
+        "--offline", action="store_true", help="read no cluster: every manifest is planned as a new resource"
+    )
     _api_options(plan)
 
     export = commands.add_parser(
@@ -87,17 +128,64 @@ def main(argv: list[str] | None = None) -> int:
         return server.main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.command == "plan":
-        return asyncio.run(_plan(args))
-    if args.command == "export":
-        from runner_operator.commands import UserError
-
-        try:
+    try:
+        if args.command == "plan":
+            return asyncio.run(_plan(args))
+        if args.command == "export":
             return asyncio.run(_export(args))
-        except UserError as exc:
-            sys.stderr.write(f"runner-operator export: {exc}\n")
-            return 1
-    return _run(args)
+        return _run(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        problem = user_problem(exc, args)
+        if problem is None:
+            raise  # a bug: its traceback is what a report needs
+        sys.stderr.write(f"runner-operator {args.command}: {problem}\n")
+        return 1
+
+
+def user_problem(exc: BaseException, args: argparse.Namespace) -> str | None:
+    """One line that says what went wrong and what to do, for every mistake a user can make."""
+    import pydantic
+
+    from runner_operator import settings
+    from runner_operator.cloud import errors
+    from runner_operator.commands import UserError
+
+    endpoint = getattr(args, "endpoint", None) or _configured_endpoint()
+    match exc:
+        case UserError():
+            return str(exc)
+        case pydantic.ValidationError() if exc.title == settings.Settings.__name__:
+            return settings.describe(exc)
+        case errors.Unauthenticated():
+            return (
+                f"the API at {endpoint} rejected the token (401): check --token-file or COREWEAVE_API_TOKEN"
+            )
+        case errors.PermissionDenied():
+            return f"the token may not do this (403: {exc.message}): it needs the SANDBOX_ADMIN role"
+        case errors.Misrouted():
+            return f"{endpoint} answered 404 without the API's NOT_FOUND: check --endpoint ({exc.message})"
+        case errors.Unavailable():
+            return f"cannot reach the API at {endpoint}: {exc.message}; check --endpoint and the network"
+        case errors.CloudError():
+            return f"the API at {endpoint} refused: {exc}"
+        case OSError() if exc.filename is not None:
+            return f"cannot use {exc.filename}: {exc.strerror or exc}"
+    from kubernetes.config.config_exception import ConfigException
+
+    if isinstance(exc, ConfigException):
+        return f"cannot use the kubeconfig: {exc}"
+    return None
+
+
+def _configured_endpoint() -> str:
+    from runner_operator import settings
+
+    try:
+        return settings.load().api_endpoint
+    except ValueError:
+        return settings.DEFAULT_ENDPOINT
 
 
 def _api_options(parser: argparse.ArgumentParser) -> None:
@@ -114,25 +202,72 @@ def _api_options(parser: argparse.ArgumentParser) -> None:
 
 def _client(args: argparse.Namespace) -> CloudClient:
     from runner_operator import settings
+    from runner_operator.cloud.retrying import RetryPolicy
+    from runner_operator.commands import UserError
 
     config = settings.load()
     if args.token_file is not None:
-        token = args.token_file.read_text().strip()
+        try:
+            token = args.token_file.read_text().strip()
+        except OSError as exc:
+            raise UserError(f"cannot read the token file {args.token_file}: {exc.strerror or exc}") from None
+        if not token:
+            raise UserError(f"the token file {args.token_file} is empty")
     elif config.default_token is not None:
         token = config.default_token.get_secret_value()
     else:
-        raise SystemExit("no API token: pass --token-file or set COREWEAVE_API_TOKEN")
-    return CloudClient(args.endpoint or config.api_endpoint, token, timeout=config.request_timeout)
+        raise UserError("no API token: pass --token-file FILE or set COREWEAVE_API_TOKEN")
+    # A person is waiting: two quick attempts, not the operator's ten seconds of retries.
+    return CloudClient(
+        args.endpoint or config.api_endpoint,
+        token,
+        timeout=config.request_timeout,
+        retry=RetryPolicy(max_attempts=2, budget=1.0),
+    )
 
 
 async def _plan(args: argparse.Namespace) -> int:
     from runner_operator import commands
 
     manifests = commands.load_manifests(args.filename)
-    if not manifests:
-        raise SystemExit(f"no ManagedRunner in {args.filename}")
+    cluster = None if args.offline else await asyncio.to_thread(_cluster, args.kubeconfig)
+    namespace = args.namespace or (cluster.namespace if cluster else "default")
+    results = []
     async with _client(args) as cloud:
-        return await commands.plan(manifests, cloud, as_json=args.json)
+        for doc in manifests:
+            doc = _in_namespace(doc, namespace)
+            live = None
+            if cluster is not None:
+                refused = await asyncio.to_thread(cluster.dry_run, doc)
+                if refused:
+                    raise commands.UserError(f"the API server refuses {_name(doc)}: {refused}")
+                body, claims = await asyncio.to_thread(cluster.live, doc)
+                live = commands.Live(body, claims)
+            results.append(await commands.plan_one(doc, cloud, live=live, namespace=namespace))
+    commands.show(results, sys.stdout, as_json=args.json)
+    if cluster is None and not args.offline:
+        sys.stderr.write(
+            "note: no kubeconfig found: planned as new resources (ownership from the API alone)\n"
+        )
+    if any(r.blocked for r in results):
+        return 1
+    return 2 if args.detailed_exitcode and any(r.writes for r in results) else 0
+
+
+def _cluster(kubeconfig: Path | None) -> Any:
+    from runner_operator import livecluster
+
+    return livecluster.connect(kubeconfig)
+
+
+def _in_namespace(doc: dict[str, Any], namespace: str) -> dict[str, Any]:
+    meta = doc.get("metadata") or {}
+    return {**doc, "metadata": {**meta, "namespace": meta.get("namespace") or namespace}}
+
+
+def _name(doc: dict[str, Any]) -> str:
+    meta = doc.get("metadata") or {}
+    return f"ManagedRunner {meta.get('namespace')}/{meta.get('name')}"
 
 
 async def _export(args: argparse.Namespace) -> int:
@@ -157,7 +292,7 @@ def _run(args: argparse.Namespace) -> int:
     import runner_operator.handlers  # noqa: F401  (registers the handlers)
     from runner_operator import metrics, settings
 
-    config = settings.load()
+    config = settings.load()  # a bad value is one line (user_problem), before anything starts
     json_logs = args.json_logs or config.json_logs
     level = log_level(args, config.log_level)
     kopf.configure(

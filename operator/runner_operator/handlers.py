@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import kopf
 
-from runner_operator import cadence, metrics, reconciling, resource, settings
+from runner_operator import cadence, claiming, metrics, reconciling, resource, settings
 from runner_operator import credentials as creds
 from runner_operator.cloud.runners import Runners
 from runner_operator.credentials import (
@@ -183,10 +183,8 @@ async def runner_claims(
     Async on purpose: kopf runs a sync handler in a thread pool, a hop per event per object.
     """
     drop_managed_fields(body)
-    runner_id = str(spec.get("runnerId"))
-    holds = 0 if status.get("runnerId") == runner_id else 1
-    created = str(meta.get("creationTimestamp") or "")
-    return {runner_id: (holds, created, f"{namespace}/{name}", str(meta.get("uid")))}
+    runner_id, entry = claiming.claim(body)
+    return {runner_id: entry}
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -595,19 +593,8 @@ def _apply(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
         )
 
 
-def _claimed_by(res: resource.ManagedRunnerResource, claims: Mapping[str, Any]) -> str | None:
-    """Another resource that holds, or first claimed, the same runner ID.
-
-    One in another namespace is not named: that is another team's resource (tenancy).
-    """
-    entries = list(claims.get(res.spec.runner_id, ()))
-    if not any(entry[3] != res.uid for entry in entries):
-        return None
-    first = min(entries)
-    if first[3] == res.uid:
-        return None
-    where = str(first[2])
-    return where if where.partition("/")[0] == res.namespace else "in another namespace"
+def _claimed_by(res: resource.ManagedRunnerResource, index: Mapping[str, Any]) -> str | None:
+    return claiming.claimed_by(res.spec.runner_id, res.namespace, res.uid, index.get(res.spec.runner_id, ()))
 
 
 def _message(outcome: Outcome | None) -> str:

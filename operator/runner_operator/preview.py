@@ -56,7 +56,9 @@ class Preview:
     def text(self) -> str:
         lines = [self.note] if self.note else []
         if not self.calls:
-            lines.append("No API calls: the runner already matches the spec.")
+            lines.append(
+                "No API calls." if self.note else "No API calls: the runner already matches the spec."
+            )
         for call in self.calls:
             lines.append(call.line())
             for path, old, new in call.changes:
@@ -81,7 +83,9 @@ def preview(action: planning.Action, observed: CloudRunner | None) -> Preview:
             )
             return Preview((Call("DELETE", _item(runner_id), {"allowMissing": "true"}),), note)
         case planning.Adopt():
-            return Preview((), "The existing runner will be adopted; updates follow on the next pass.")
+            return Preview((), "The existing runner will be adopted (spec.adopt: true).")
+        case planning.Bind():
+            return Preview((), "The runner this resource's create made is recorded as its own.")
         case planning.Conflict(reason, message):
             return Preview((), f"Blocked ({reason}): {message}")
         case planning.Wait(reason, message) | planning.Idle(reason, message):

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from runner_operator import planning, resource
 from runner_operator.cloud import errors
-from runner_operator.cloud.models import InstallStatus
+from runner_operator.cloud.models import CloudRunner, InstallStatus
 from runner_operator.cloud.runners import Runners
 from runner_operator.desired import MissingSecretValue, desired_runner
 from runner_operator.outcomes import (
@@ -40,6 +40,7 @@ __all__ = [
     "CredentialsProblem",
     "Event",
     "Outcome",
+    "facts_for",
     "failed",
     "never_sent",
     "reconcile",
@@ -130,44 +131,30 @@ async def _reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: C
     except MissingSecretValue as exc:
         return failed(res, ctx, CredentialsProblem(Reason.SECRET_NOT_FOUND, f"cannot resolve {exc.args[0]}"))
     try:
-        held_id = res.status.get("runnerId")
-        # A pass can run on a body older than our last status write; what this process bound counts.
-        bound = res.spec.runner_id in (held_id, ctx.bound_here)
+        bound = is_bound(res, ctx.bound_here)
         request_id = res.status.get("createRequestId")
-        recorded = res.status.get("credentialFingerprint")
-        credential_changed = bool(recorded and ctx.credential and recorded != ctx.credential)
-        held_elsewhere = str(held_id) if held_id and held_id != res.spec.runner_id else None
+        held_elsewhere = held_id(res)
         # A fresh list's absence may send the create for a key reserved for this runner ID (the API
         # refuses a duplicate); anything else that would act on a runner being gone reads it directly.
         proof = planning.absence_needs_proof(
             deleting=res.deleting,
             bound=bound,
-            credential_changed=credential_changed,
+            credential_changed=credential_changed(res, ctx.credential),
             reserved=bool(request_id) and request_id == request_key(res, recreations=recreations(res)),
             replacing=held_elsewhere is not None,
         )
         observed = await cloud.observe(res.spec.runner_id, prove_absence=proof)
         held = await cloud.observe(held_elsewhere) if held_elsewhere else None
-        facts = planning.Facts(
-            desired=desired,
-            observed=observed,
-            deleting=res.deleting,
-            paused=res.spec.paused,
-            adopt=res.spec.adopt,
-            deletion_policy=res.spec.deletion_policy,
-            bound=bound,
-            request_id=request_id,
-            new_request_id=request_key(res, recreations=recreations(res) + (1 if bound else 0)),
+        facts = facts_for(
+            res,
+            desired,
+            observed,
+            held,
+            bound_here=ctx.bound_here,
             claimed_by=ctx.claimed_by,
-            replace=res.spec.replacement_policy == "Replace",
-            held_id=held_elsewhere,
-            held=held,
-            credential_changed=credential_changed,
-            reserved_at=_parse_time(res.status.get("createRequestedTime")),
-            seen_created=_parse_time(res.status.get("createTime")),
-            protected=res.protected,
+            credential=ctx.credential,
         )
-        if not res.deleting and _may_replace(facts):
+        if not res.deleting and may_replace(facts):
             facts = dataclasses.replace(facts, cluster_holder=await cloud.cluster_holder(res.spec.cluster_id))
         return await _act(res, cloud, ctx, facts, planning.plan(facts))
     except errors.CloudError as exc:
@@ -179,7 +166,58 @@ async def _reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: C
         return failed(res, ctx, exc)
 
 
-def _may_replace(facts: planning.Facts) -> bool:
+def facts_for(
+    res: resource.ManagedRunnerResource,
+    desired: CloudRunner,
+    observed: CloudRunner | None,
+    held: CloudRunner | None,
+    *,
+    bound_here: str | None,
+    claimed_by: str | None,
+    credential: str | None,
+) -> planning.Facts:
+    """The planner's inputs from a resource, its status and what was observed: the one place the
+    operator's passes and `runner-operator plan` both take them from, so the two cannot disagree."""
+    bound = is_bound(res, bound_here)
+    return planning.Facts(
+        desired=desired,
+        observed=observed,
+        deleting=res.deleting,
+        paused=res.spec.paused,
+        adopt=res.spec.adopt,
+        deletion_policy=res.spec.deletion_policy,
+        bound=bound,
+        request_id=res.status.get("createRequestId"),
+        new_request_id=request_key(res, recreations=recreations(res) + (1 if bound else 0)),
+        claimed_by=claimed_by,
+        replace=res.spec.replacement_policy == "Replace",
+        held_id=held_id(res),
+        held=held,
+        credential_changed=credential_changed(res, credential),
+        reserved_at=_parse_time(res.status.get("createRequestedTime")),
+        seen_created=_parse_time(res.status.get("createTime")),
+        protected=res.protected,
+    )
+
+
+def is_bound(res: resource.ManagedRunnerResource, bound_here: str | None) -> bool:
+    """status says this resource holds the spec's runner; a pass can run on a body older than this
+    process's last status write, so what this process bound counts too."""
+    return res.spec.runner_id in (res.status.get("runnerId"), bound_here)
+
+
+def held_id(res: resource.ManagedRunnerResource) -> str | None:
+    """The runner this resource holds when it is not the spec's (a replacement in flight)."""
+    held = res.status.get("runnerId")
+    return str(held) if held and held != res.spec.runner_id else None
+
+
+def credential_changed(res: resource.ManagedRunnerResource, credential: str | None) -> bool:
+    recorded = res.status.get("credentialFingerprint")
+    return bool(recorded and credential and recorded != credential)
+
+
+def may_replace(facts: planning.Facts) -> bool:
     """Whether this pass may delete the old runner, so the new cluster's holder must be known first.
 
     Only then: the holder is read from a fresh list, which the fast passes that wait for the old

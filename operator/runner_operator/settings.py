@@ -10,7 +10,15 @@ import os
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from runner_operator import leases, tenancy
 
@@ -99,6 +107,24 @@ class Settings(BaseModel):
         if "default_token" not in values and env.get("COREWEAVE_API_TOKEN"):
             values["default_token"] = env["COREWEAVE_API_TOKEN"]
         return cls.model_validate(values)
+
+
+def variable(field: str, env: Mapping[str, str] | None = None) -> str:
+    """The environment variable that sets `field` (COREWEAVE_* where that one was used)."""
+    env = os.environ if env is None else env
+    name = f"RUNNER_OPERATOR_{field.upper()}"
+    fallback = {"api_endpoint": "COREWEAVE_API_ENDPOINT", "default_token": "COREWEAVE_API_TOKEN"}.get(field)
+    return fallback if fallback and name not in env and fallback in env else name
+
+
+def describe(exc: ValidationError, env: Mapping[str, str] | None = None) -> str:
+    """A bad setting as the variable to fix and why, never its value (it may be a token)."""
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        where = variable(field, env) if field in Settings.model_fields else "settings"
+        problems.append(f"{where}: {error['msg']}")
+    return "; ".join(problems)
 
 
 def load() -> Settings:

@@ -16,18 +16,32 @@ from urllib.parse import parse_qs
 
 import yaml
 
-from tests.e2e.harness import ROOT, OperatorProcess, SimulatorThread, manifest
+from tests.e2e.harness import (
+    GROUP,
+    PLURAL,
+    ROOT,
+    VERSION,
+    OperatorProcess,
+    SimulatorThread,
+    condition,
+    manifest,
+)
 from tests.e2e.kube import Kube, wait_for
 from tests.e2e.test_lifecycle import create, get, patch_spec, wait_ready
 
 WRITES = ("POST", "PATCH", "DELETE")
 
 
-def cli(sim: SimulatorThread, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(
+    sim: SimulatorThread, tmp_path: Path, *args: str, kube: Kube | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI against the simulator; `plan` reads the cluster of `kube`, or none (--offline)."""
     token = tmp_path / "token"
     token.write_text(sim.token)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
     env.pop("COREWEAVE_API_TOKEN", None)
+    if args[0] == "plan":
+        args = (*args, *(("--kubeconfig", str(kube.kubeconfig)) if kube else ("--offline",)))
     return subprocess.run(
         [
             sys.executable,
@@ -76,7 +90,7 @@ def test_plan_shows_exactly_the_calls_the_operator_makes(
     path.write_text(yaml.safe_dump(body))
     runner_id = body["spec"]["runnerId"]
 
-    planned = cli(sim, tmp_path, "plan", "-f", str(path), "--json")
+    planned = cli(sim, tmp_path, "plan", "-f", str(path), "--json", kube=kube)
     assert planned.returncode == 0, planned.stderr
     calls = json.loads(planned.stdout)[0]["calls"]
     assert [(c["method"], c["path"]) for c in calls] == [("POST", "/v1/sandbox/managedRunners")]
@@ -96,14 +110,14 @@ def test_plan_shows_exactly_the_calls_the_operator_makes(
         },
     }
     path.write_text(yaml.safe_dump(changed))
-    planned = cli(sim, tmp_path, "plan", "-f", str(path), "--json")
+    planned = cli(sim, tmp_path, "plan", "-f", str(path), "--json", kube=kube)
     assert planned.returncode == 0, planned.stderr
     shown = json.loads(planned.stdout)[0]["calls"]
     expected = [(c["method"], c["path"], c["query"].get("updateMask", "")) for c in shown]
     assert expected == [
         ("PATCH", f"/v1/sandbox/managedRunners/{runner_id}", "displayName,policy,spec.overrides")
     ]
-    text = cli(sim, tmp_path, "plan", "-f", str(path))
+    text = cli(sim, tmp_path, "plan", "-f", str(path), kube=kube)
     assert '~ displayName: "before" -> "after"' in text.stdout
 
     mark = len(sim.requests())
@@ -204,3 +218,85 @@ def test_export_then_adopt_makes_no_write_calls(
         obj = wait_ready(kube, ns, runner_id)
         assert obj["status"]["adopted"] is True
     assert writes_since(sim, mark, set(ids)) == []
+
+
+def console_runner(sim: SimulatorThread, runner_id: str, cluster_id: str, display_name: str) -> None:
+    """A runner made outside Kubernetes (the console, Terraform), installed and connected."""
+    sim.control(
+        "POST",
+        "/runners",
+        {
+            "installed": True,
+            "runner": {
+                "identity": {"runnerId": runner_id, "zone": "us-east-04a", "clusterId": cluster_id},
+                "displayName": display_name,
+                "spec": {},
+                "policy": {},
+            },
+        },
+    )
+
+
+def test_detailed_exitcode_is_2_exactly_when_the_operator_writes(
+    kube: Kube, ns: str, sim: SimulatorThread, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """`plan --detailed-exitcode` against what the operator then does with the same manifest, on the
+    simulator's request log: 2 when it creates, updates or deletes, 0 when it sends nothing, and 1
+    (Blocked) where the operator refuses to touch a runner it does not own."""
+    path = tmp_path / "runner.yaml"
+
+    def plan(body: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        path.write_text(yaml.safe_dump({**body, "metadata": {**body["metadata"], "namespace": ns}}))
+        return cli(sim, tmp_path, "plan", "-f", str(path), "--detailed-exitcode", kube=kube)
+
+    # A new runner: the operator creates it.
+    body = manifest("detailed", displayName="one")
+    runner_id = body["spec"]["runnerId"]
+    assert plan(body).returncode == 2
+    mark = len(sim.requests())
+    create(kube, ns, body)
+    wait_ready(kube, ns, "detailed")
+    assert [e["method"] for e in writes_since(sim, mark, {runner_id})] == ["POST"]
+
+    # Applied and Ready: nothing to send.
+    unchanged = plan(body)
+    assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
+    assert "No API calls" in unchanged.stdout
+
+    # A spec change: one update.
+    changed = {**body, "spec": {**body["spec"], "displayName": "two"}}
+    assert plan(changed).returncode == 2
+    mark = len(sim.requests())
+    patch_spec(kube, ns, "detailed", {"displayName": "two"})
+    wait_ready(kube, ns, "detailed", generation=2)
+    assert [e["method"] for e in writes_since(sim, mark, {runner_id})] == ["PATCH"]
+
+    # A runner someone else made, without adopt: Blocked, and the operator sends nothing.
+    taken_id = f"taken-{uuid.uuid4().hex[:6]}"
+    cluster_id = str(uuid.uuid4())
+    console_runner(sim, taken_id, cluster_id, "made elsewhere")
+    taken = manifest("taken", runner_id=taken_id, cluster_id=cluster_id, displayName="ours")
+    refused = plan(taken)
+    assert refused.returncode == 1
+    assert "Blocked (RunnerIdTaken)" in refused.stdout
+    mark = len(sim.requests())
+    create(kube, ns, taken)
+    wait_for(
+        lambda: condition(get(kube, ns, "taken"), "Synced").get("reason") == "RunnerIdTaken",
+        timeout=60,
+        what="RunnerIdTaken",
+    )
+    assert writes_since(sim, mark, {taken_id}) == []
+
+    # The same runner with adopt: true: adopted, then its display name updated.
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "taken")
+    wait_for(lambda: get(kube, ns, "taken") is None, timeout=60, what="taken gone")
+    adopted = manifest("adopted", runner_id=taken_id, cluster_id=cluster_id, displayName="ours", adopt=True)
+    shown = plan(adopted)
+    assert shown.returncode == 2, shown.stdout + shown.stderr
+    assert "adopted" in shown.stdout
+    mark = len(sim.requests())
+    create(kube, ns, adopted)
+    wait_ready(kube, ns, "adopted")
+    assert [e["method"] for e in writes_since(sim, mark, {taken_id})] == ["PATCH"]
+    assert plan(adopted).returncode == 0
