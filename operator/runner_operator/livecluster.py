@@ -81,8 +81,11 @@ class Cluster:
                 _content_type="application/apply-patch+yaml",
             )
         except client.ApiException as exc:
-            if exc.status in (400, 409, 422):
-                return _message(exc)
+            message = _message(exc)
+            # A field of the wrong type or not in the schema: server-side apply answers 500 for it
+            # ("failed to create typed patch object"), as `kubectl apply --server-side` shows.
+            if exc.status in (400, 409, 422) or (exc.status == 500 and "typed patch" in message):
+                return message
             raise
         return None
 

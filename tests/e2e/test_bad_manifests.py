@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
+from runner_operator import cli
 from tests.e2e.bad_manifests import DIR, Case, cases
 from tests.e2e.kube import Kube
+from tests.testenv.localcluster import free_port
 
 GROUP, VERSION, PLURAL = "sandbox.coreweave.com", "v1alpha1", "managedrunners"
 CASES = cases()
@@ -97,3 +99,23 @@ def test_create_prunes_unknown_fields_without_strict_validation(kube: Kube, crd:
     )
     assert lax_apply.returncode != 0
     assert "field not declared in schema" in lax_apply.stderr
+
+
+@pytest.mark.parametrize("case", params())
+def test_plan_refuses_the_bad_manifest_with_the_crds_message(
+    kube: Kube, crd: str, case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`runner-operator plan` dry-runs the apply on the API server before it reads the cloud: the
+    same refusal, in one line, exit 1, and no API call (the endpoint below answers nothing)."""
+    ns = kube.new_namespace("badplan")
+    if case.update:
+        assert case.base is not None
+        kube.kubectl("apply", "--server-side", STRICT, "-n", ns, "-f", str(case.base))
+    token = tmp_path / "token"
+    token.write_text("CW-SECRET-never-sent")
+    argv = ["plan", "-f", str(case.path), "-n", ns, "--kubeconfig", str(kube.kubeconfig)]
+    status = cli.main([*argv, "--endpoint", f"http://127.0.0.1:{free_port()}", "--token-file", str(token)])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert case.expect in err, err
+    assert len(err.strip().splitlines()) == 1, err
