@@ -22,6 +22,7 @@ import yaml
 
 from runner_operator import cli
 from tests.e2e.bad_manifests import DIR, Case, cases
+from tests.e2e.good_manifests import manifests as good_manifests
 from tests.e2e.kube import Kube
 from tests.testenv.localcluster import free_port
 
@@ -119,3 +120,14 @@ def test_plan_refuses_the_bad_manifest_with_the_crds_message(
     assert status == 1, err
     assert case.expect in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(("path", "twin"), [pytest.param(p, t, id=p.stem) for p, _, t in good_manifests()])
+def test_good_twin_is_accepted(kube: Kube, crd: str, path: Path, twin: str) -> None:
+    """Next to each rejected case, a close manifest the contract allows must be accepted as it is."""
+    ns = kube.new_namespace("good")
+    applied = kube.kubectl("apply", "--server-side", STRICT, "-n", ns, "-f", str(path), check=False)
+    assert applied.returncode == 0, f"{path.stem} (twin of {twin}) was refused:\n{applied.stderr}"
+    stored_spec = (stored(kube, ns, path.stem) or {}).get("spec") or {}
+    sent = yaml.safe_load(path.read_text())["spec"]
+    assert {key: stored_spec.get(key) for key in sent} == sent  # kept as written (the CRD adds defaults)

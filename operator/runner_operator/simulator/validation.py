@@ -237,15 +237,16 @@ def _check_base(base: dict[str, Any], path: str) -> Violations:
         for key in FORBIDDEN_BASE_KEYS:
             if key in scope:
                 out.append(Violation(f"{where}.{key}", f"{key} may not be set in policy.base"))
-        containers = scope.get("containers")
-        for i, container in enumerate(containers if isinstance(containers, list) else []):
-            if isinstance(container, dict) and "securityContext" in container:
-                out.append(
-                    Violation(
-                        f"{where}.containers[{i}].securityContext",
-                        "securityContext may not be set in policy.base",
+        for kind in ("containers", "ephemeralContainers"):  # the contract: "pod or any container"
+            containers = scope.get(kind)
+            for i, container in enumerate(containers if isinstance(containers, list) else []):
+                if isinstance(container, dict) and "securityContext" in container:
+                    out.append(
+                        Violation(
+                            f"{where}.{kind}[{i}].securityContext",
+                            "securityContext may not be set in policy.base",
+                        )
                     )
-                )
     return out
 
 
