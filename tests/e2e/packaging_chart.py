@@ -88,8 +88,19 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "no-user-roles": {"rbac": {"aggregateToDefaultRoles": False}},
     "tuned": {
         "image": {"digest": "sha256:" + "a" * 64},
-        "config": {"fastInterval": 0.5, "verbose": True, "jsonLogs": True},
-        "extraEnv": [{"name": "RUNNER_OPERATOR_RETRY_BUDGET", "value": "5"}],
+        "config": {"fastInterval": 0.5, "verbose": True, "jsonLogs": True, "retryBudget": 5},
+        "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"}],
+        "extraArgs": ["--log-level=debug"],
+        "extraVolumes": [{"name": "ca", "configMap": {"name": "corp-ca"}}],
+        "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": True}],
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "managed-runner-operator"}},
+            }
+        ],
         "fullnameOverride": "mro",
         "serviceAccount": {"annotations": {"example.com/role": "operator"}},
     },

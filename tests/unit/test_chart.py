@@ -315,6 +315,47 @@ def test_notes_tell_the_user_how_to_check_the_install() -> None:
     assert "`helm upgrade` upgrades it, and `helm uninstall` keeps it" in notes
 
 
+def test_every_operator_setting_is_a_chart_value() -> None:
+    """Each RUNNER_OPERATOR_* setting is set by a value of its own, not only through extraEnv."""
+    from runner_operator.settings import Settings, variable
+
+    values = {
+        "credentials": {"existingSecret": "api", "namespaces": ["a"], "namespaceSelector": "x=y"},
+        "metrics": {"enabled": True},
+    }
+    container = one(render(values), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    names = [env["name"] for env in container["env"]]
+    assert len(names) == len(set(names))
+    expected = {variable(field, {}) for field in Settings.model_fields} - {"RUNNER_OPERATOR_DEFAULT_TOKEN"}
+    assert expected - set(names) == set()
+
+
+def test_scheduling_and_extension_knobs() -> None:
+    docs = render(chart.VALUE_SETS["tuned"])
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "--log-level=debug" in container["args"]
+    assert {"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "ca", "configMap": {"name": "corp-ca"}} in pod["volumes"]
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+    retry = next(e for e in container["env"] if e["name"] == "RUNNER_OPERATOR_RETRY_BUDGET")
+    assert retry["value"] == "5"
+    custom = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    assert one(render({"strategy": custom}), "Deployment")["spec"]["strategy"] == custom
+    relabel = [{"action": "replace", "targetLabel": "team", "replacement": "platform"}]
+    monitored = render(
+        {
+            "metrics": {
+                "enabled": True,
+                "serviceMonitor": {"enabled": True, "relabelings": relabel, "metricRelabelings": relabel},
+            }
+        }
+    )
+    endpoint = one(monitored, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["relabelings"] == relabel
+    assert endpoint["metricRelabelings"] == relabel
+
+
 # -- plain manifests --------------------------------------------------------------------------
 
 # The CRD comes from ../crds in deploy/kustomization.yaml, as for users who apply it themselves.
