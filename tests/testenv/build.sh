@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real kube-apiserver, kube-controller-manager, etcd and kubectl (one Kubernetes module graph),
-# helm v4 and Prometheus' promtool (each its own module graph) into bin/.
+# helm v4, Prometheus' promtool and helm-docs (each its own module graph) into bin/.
 # Idempotent: skips the build when bin/.stamp matches the hash of go.mod, go.sum, this script and the flags.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,6 +11,7 @@ ETCD_PKG=go.etcd.io/etcd/server/v3
 HELM_VERSION=v4.3.2
 # Prometheus v3.x is published to the Go proxy as v0.3xx.y (v0.316.0 = Prometheus 3.16.0).
 PROMETHEUS_VERSION=v0.316.0
+HELM_DOCS_VERSION=v1.14.2
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 
 vp=k8s.io/component-base/version
@@ -27,7 +28,7 @@ HELM_LDFLAGS="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X
 
 key="$(cat go.mod go.sum build.sh | sha256sum | cut -d' ' -f1)"
 if [[ -f bin/.stamp && "$(cat bin/.stamp)" == "$key" ]] \
-   && [[ -x bin/kube-apiserver && -x bin/kube-controller-manager && -x bin/etcd && -x bin/kubectl && -x bin/helm && -x bin/promtool ]]; then
+   && [[ -x bin/kube-apiserver && -x bin/kube-controller-manager && -x bin/etcd && -x bin/kubectl && -x bin/helm && -x bin/promtool && -x bin/helm-docs ]]; then
   echo "testenv: binaries up to date (bin/, key ${key:0:12})"
   exit 0
 fi
@@ -54,5 +55,7 @@ step "building promtool (Prometheus $PROMETHEUS_VERSION; rule and metrics checks
 # remove_all_sd leaves out the service-discovery plugins (cloud SDKs) promtool's checks never use: half the build time.
 GOBIN="$here/bin" go install -tags remove_all_sd -trimpath -ldflags "-s -w" \
   "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+step "building helm-docs $HELM_DOCS_VERSION (the chart README from values.yaml)"
+GOBIN="$here/bin" go install -trimpath -ldflags "-s -w" "github.com/norwoodj/helm-docs/cmd/helm-docs@$HELM_DOCS_VERSION"
 echo "$key" > bin/.stamp
 step "done: $(ls bin | tr '\n' ' ')"
