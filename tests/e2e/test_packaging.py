@@ -317,10 +317,18 @@ def test_helm_upgrade_from_the_previous_chart_upgrades_the_crd(
         assert refused.returncode != 0
         assert "invalid ownership metadata" in refused.stderr, refused.stderr
 
-        # docs/install.md's one-time step: Helm takes the CRD over, then kubectl (which applied it
-        # the 0.1.0 way) gives its fields up, so that later upgrades do not conflict with it.
+        # docs/install.md's one-time step: Helm takes the CRD over (forcing the fields this chart
+        # changes, which kubectl applied the 0.1.0 way), then kubectl gives up the fields it still
+        # shares, so that later upgrades do not conflict with it.
         taken = chart.helm(
-            "upgrade", name, str(chart.CHART), *base, "--values", str(values), "--take-ownership"
+            "upgrade",
+            name,
+            str(chart.CHART),
+            *base,
+            "--values",
+            str(values),
+            "--take-ownership",
+            "--force-conflicts",
         )
         kube.kubectl(
             "apply", "--server-side", "--field-manager=kubectl", "-f", "-", input=release_fields(crd)
