@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from runner_operator.cloud.client import CloudClient
 
 if TYPE_CHECKING:
-    from runner_operator import metrics
+    from runner_operator import livecluster, metrics
 
 LEADERSHIP_LOST = 75
 """Exit status after losing the Lease (EX_TEMPFAIL): the Deployment restarts the pod as a standby."""
@@ -254,7 +254,7 @@ async def _plan(args: argparse.Namespace) -> int:
     return 2 if args.detailed_exitcode and any(r.writes for r in results) else 0
 
 
-def _cluster(kubeconfig: Path | None) -> Any:
+def _cluster(kubeconfig: Path | None) -> livecluster.Cluster | None:
     from runner_operator import livecluster
 
     return livecluster.connect(kubeconfig)

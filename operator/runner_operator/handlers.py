@@ -168,15 +168,7 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-async def runner_claims(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    meta: kopf.Meta,
-    namespace: str | None,
-    name: str,
-    **_: Any,
-) -> dict[str, Any]:
+async def runner_claims(body: kopf.Body, **_: Any) -> dict[str, Any]:
     """runnerId -> (holds it?, created, namespace/name, uid) per ManagedRunner; the smallest claim wins.
 
     Indexing sees every event first, so it is also where kopf's copy of the object is slimmed.

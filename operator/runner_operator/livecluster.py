@@ -27,6 +27,8 @@ class Cluster:
         self.objects = client.CustomObjectsApi(api)
         self.namespace = namespace
         """the kubeconfig context's namespace: where a manifest without one would go."""
+        self._listed: dict[str, list[dict[str, Any]]] = {}
+        """the ManagedRunners this user may list, read once per plan (by the namespace asked for)."""
 
     def live(self, doc: Mapping[str, Any]) -> tuple[dict[str, Any] | None, tuple[claiming.Claim, ...]]:
         """The ManagedRunner the manifest names (None if absent) and every claim on its runner ID."""
@@ -44,16 +46,7 @@ class Cluster:
                 raise
             found = None
         runner_id = str((doc.get("spec") or {}).get("runnerId"))
-        try:
-            items = _object(self.objects.list_cluster_custom_object(GROUP, VERSION, PLURAL))["items"]
-        except client.ApiException as exc:
-            if exc.status != 403:
-                raise
-            # Allowed to list one namespace only: the claims that tenancy lets this user see.
-            items = _object(self.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))[
-                "items"
-            ]
-        entries = [claiming.claim(item) for item in items]
+        entries = [claiming.claim(item) for item in self._managed_runners(namespace)]
         if found is None:
             entries.append(
                 claiming.claim(
@@ -61,6 +54,21 @@ class Cluster:
                 )
             )
         return found, tuple(entry for rid, entry in entries if rid == runner_id)
+
+    def _managed_runners(self, namespace: str) -> list[dict[str, Any]]:
+        """Every ManagedRunner, or those of `namespace` for a user who may list only there (tenancy)."""
+        if "" not in self._listed and namespace not in self._listed:
+            try:
+                self._listed[""] = _object(self.objects.list_cluster_custom_object(GROUP, VERSION, PLURAL))[
+                    "items"
+                ]
+            except client.ApiException as exc:
+                if exc.status != 403:
+                    raise
+                self._listed[namespace] = _object(
+                    self.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+                )["items"]
+        return self._listed[""] if "" in self._listed else self._listed[namespace]
 
     def dry_run(self, doc: Mapping[str, Any]) -> str | None:
         """The API server's refusal of applying `doc` (schema, CEL, immutable fields), or None."""
