@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from runner_operator import schemacheck
 from runner_operator.cloud.client import CloudClient
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ def user_problem(exc: BaseException, args: argparse.Namespace) -> str | None:
 
     endpoint = getattr(args, "endpoint", None) or _configured_endpoint()
     match exc:
-        case UserError():
+        case UserError() | schemacheck.ValidatorFailed():
             return str(exc)
         case pydantic.ValidationError() if exc.title == settings.Settings.__name__:
             return settings.describe(exc)
@@ -232,10 +233,16 @@ async def _plan(args: argparse.Namespace) -> int:
     manifests = commands.load_manifests(args.filename)
     cluster = None if args.offline else await asyncio.to_thread(_cluster, args.kubeconfig)
     namespace = args.namespace or (cluster.namespace if cluster else "default")
+    manifests = [_in_namespace(doc, namespace) for doc in manifests]
+    notes = []
+    if cluster is None and not await asyncio.to_thread(_check_offline, manifests):
+        notes.append(
+            f"note: the CRD's rules were not checked: {schemacheck.EXECUTABLE} was not found"
+            f" (on PATH or {schemacheck.VARIABLE}; see `plan` in the README)"
+        )
     results = []
     async with _client(args) as cloud:
         for doc in manifests:
-            doc = _in_namespace(doc, namespace)
             live = None
             if cluster is not None:
                 refused = await asyncio.to_thread(cluster.dry_run, doc)
@@ -246,12 +253,25 @@ async def _plan(args: argparse.Namespace) -> int:
             results.append(await commands.plan_one(doc, cloud, live=live, namespace=namespace))
     commands.show(results, sys.stdout, as_json=args.json)
     if cluster is None and not args.offline:
-        sys.stderr.write(
-            "note: no kubeconfig found: planned as new resources (ownership from the API alone)\n"
-        )
+        notes.append("note: no kubeconfig found: planned as new resources (ownership from the API alone)")
+    for note in notes:
+        sys.stderr.write(note + "\n")
     if any(r.blocked for r in results):
         return 1
     return 2 if args.detailed_exitcode and any(r.writes for r in results) else 0
+
+
+def _check_offline(manifests: list[dict[str, Any]]) -> bool:
+    """Refuse, as the API server would, a manifest the CRD rejects; False when no validator is at hand."""
+    from runner_operator.commands import UserError
+
+    program = schemacheck.executable()
+    if program is None:
+        return False
+    for doc, refusal in zip(manifests, schemacheck.refusals(manifests, program), strict=True):
+        if refusal is not None:
+            raise UserError(f"the CRD refuses {_name(doc)}: {refusal}")
+    return True
 
 
 def _cluster(kubeconfig: Path | None) -> livecluster.Cluster | None:

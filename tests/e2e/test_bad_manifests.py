@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
-from runner_operator import cli
+from runner_operator import cli, schemacheck
 from tests.e2e.bad_manifests import DIR, Case, cases
 from tests.e2e.good_manifests import manifests as good_manifests
 from tests.e2e.kube import Kube
 from tests.testenv.localcluster import free_port
+from tests.testenv.tools import tool
 
 GROUP, VERSION, PLURAL = "sandbox.coreweave.com", "v1alpha1", "managedrunners"
 CASES = cases()
@@ -120,6 +121,33 @@ def test_plan_refuses_the_bad_manifest_with_the_crds_message(
     assert status == 1, err
     assert case.expect in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("case", [p for p in params() if not p.values[0].update])
+def test_plan_offline_refuses_the_bad_manifest_with_the_crds_message(
+    case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a cluster, `plan` refuses with the API server's own words for a create (`kubectl
+    create --validate=strict`), through managed-runner-validate, before any API call (the endpoint
+    answers nothing). A change to an immutable field needs the stored object: those cases are the
+    server dry run's (above)."""
+    monkeypatch.setenv(schemacheck.VARIABLE, tool("managed-runner-validate"))
+    token = tmp_path / "token"
+    token.write_text("CW-SECRET-never-sent")
+    argv = ["plan", "-f", str(case.path), "--offline", "-n", "offline"]
+    status = cli.main([*argv, "--endpoint", f"http://127.0.0.1:{free_port()}", "--token-file", str(token)])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert f"the CRD refuses ManagedRunner offline/{case.object_name}: " in err, err
+    assert case.expect_create in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(("path", "twin"), [pytest.param(p, t, id=p.stem) for p, _, t in good_manifests()])
+def test_good_twin_is_accepted_offline(path: Path, twin: str) -> None:
+    """The offline check refuses no more than the API server: every good twin passes it."""
+    doc = {**yaml.safe_load(path.read_text()), "metadata": {"name": path.stem, "namespace": "offline"}}
+    assert schemacheck.refusals([doc], tool("managed-runner-validate")) == [None], twin
 
 
 @pytest.mark.parametrize(("path", "twin"), [pytest.param(p, t, id=p.stem) for p, _, t in good_manifests()])

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs
 
 import yaml
 
+from runner_operator import schemacheck
 from tests.e2e.harness import (
     GROUP,
     PLURAL,
@@ -28,6 +29,7 @@ from tests.e2e.harness import (
 )
 from tests.e2e.kube import Kube, wait_for
 from tests.e2e.test_lifecycle import create, get, patch_spec, wait_ready
+from tests.testenv.tools import tool
 
 WRITES = ("POST", "PATCH", "DELETE")
 
@@ -40,6 +42,7 @@ def cli(
     token.write_text(sim.token)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
     env.pop("COREWEAVE_API_TOKEN", None)
+    env[schemacheck.VARIABLE] = tool("managed-runner-validate")  # offline plans check the CRD's rules
     if args[0] == "plan":
         args = (*args, *(("--kubeconfig", str(kube.kubeconfig)) if kube else ("--offline",)))
     return subprocess.run(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,12 +28,14 @@ import pytest
 import yaml
 from kubernetes import client
 
+from runner_operator import schemacheck
 from tests.e2e import packaging_chart as chart
 from tests.e2e import test_lifecycle as lifecycle
 from tests.e2e.conftest import CRD_PATH, E2E_TIMINGS
 from tests.e2e.harness import GROUP, PLURAL, VERSION, SimulatorThread, condition, manifest
 from tests.e2e.kube import Kube, json_object, wait_for
 from tests.e2e.packaging_chart import ROOT, DeployedOperator, Grant
+from tests.testenv.tools import tool
 
 PERMISSION_TIMEOUT = 30
 # How the API server words an RBAC denial for a ServiceAccount.
@@ -729,3 +732,22 @@ def _lifecycle_under_the_chart(
     lifecycle.wait_gone(kube, ns, "default-token")
     assert sim.runner(body["spec"]["runnerId"]) is not None, "the cloud runner is left for the user to delete"
     purge(kube, ns)
+
+
+def test_the_installed_cli_checks_the_packaged_crd_offline(
+    installed: Future[list[str]], tmp_path: Path
+) -> None:
+    """The wheel carries the CRD `plan` checks manifests against without a cluster (run outside the
+    source tree, so nothing but the installed package can provide it)."""
+    executable = installed.result()[0]
+    text = (ROOT / "examples" / "minimal.yaml").read_text().replace("zone: us-east-04a", "zone: US-EAST-04A")
+    (tmp_path / "r.yaml").write_text(text)
+    (tmp_path / "token").write_text("CW-SECRET-never-sent")
+    env = {"PATH": os.defpath, "HOME": str(tmp_path), schemacheck.VARIABLE: tool("managed-runner-validate")}
+    argv = ["plan", "-f", "r.yaml", "--offline", "--token-file", "token", "--endpoint", "http://127.0.0.1:9"]
+    proc = subprocess.run(
+        [executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the CRD refuses ManagedRunner sandboxes/dev: " in proc.stderr, proc.stderr
+    assert "zone must be lower-case" in proc.stderr, proc.stderr

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds the real kube-apiserver, kube-controller-manager, etcd and kubectl (one Kubernetes module graph),
-# helm v4, Prometheus' promtool and helm-docs (each its own module graph) into bin/.
-# Idempotent: skips the build when bin/.stamp matches the hash of go.mod, go.sum, this script and the flags.
+# helm v4, Prometheus' promtool and helm-docs (each its own module graph), and the project's own
+# managed-runner-validate (cmd/: the API server's CRD validation, for `plan` offline) into bin/.
+# Idempotent: skips the build when bin/.stamp matches the hash of go.mod, go.sum, the validator's
+# sources, this script and the flags.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
+validator="$here/../../cmd/managed-runner-validate"
 
 K8S_VERSION=v1.37.2
 ETCD_PKG=go.etcd.io/etcd/server/v3
@@ -26,9 +29,10 @@ done
 K8S_LDFLAGS="-s -w$vflags"
 HELM_LDFLAGS="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 
-key="$(cat go.mod go.sum build.sh | sha256sum | cut -d' ' -f1)"
+key="$(cat go.mod go.sum build.sh "$validator"/go.mod "$validator"/go.sum "$validator"/*.go | sha256sum | cut -d' ' -f1)"
 if [[ -f bin/.stamp && "$(cat bin/.stamp)" == "$key" ]] \
-   && [[ -x bin/kube-apiserver && -x bin/kube-controller-manager && -x bin/etcd && -x bin/kubectl && -x bin/helm && -x bin/promtool && -x bin/helm-docs ]]; then
+   && [[ -x bin/kube-apiserver && -x bin/kube-controller-manager && -x bin/etcd && -x bin/kubectl && -x bin/helm && -x bin/promtool && -x bin/helm-docs \
+   && -x bin/managed-runner-validate ]]; then
   echo "testenv: binaries up to date (bin/, key ${key:0:12})"
   exit 0
 fi
@@ -57,5 +61,7 @@ GOBIN="$here/bin" go install -tags remove_all_sd -trimpath -ldflags "-s -w" \
   "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
 step "building helm-docs $HELM_DOCS_VERSION (the chart README from values.yaml)"
 GOBIN="$here/bin" go install -trimpath -ldflags "-s -w" "github.com/norwoodj/helm-docs/cmd/helm-docs@$HELM_DOCS_VERSION"
+step "building managed-runner-validate (its go.mod pins the API server's versions: a cached build)"
+(cd "$validator" && go build -trimpath -ldflags "-s -w" -o "$here/bin/managed-runner-validate" .)
 echo "$key" > bin/.stamp
 step "done: $(ls bin | tr '\n' ' ')"

@@ -108,6 +108,7 @@ def test_invalid_values_are_rejected_with_a_clear_message(name: str) -> None:
 
 CRD_FILE = "managedrunners.sandbox.coreweave.com.yaml"
 CHART_CRD = chart.CHART / "files" / CRD_FILE
+PACKAGE_CRD = ROOT / "operator" / "runner_operator" / "data" / CRD_FILE
 
 
 def test_the_chart_crd_is_the_crds_file() -> None:
@@ -116,6 +117,13 @@ def test_the_chart_crd_is_the_crds_file() -> None:
     assert not (chart.CHART / "crds").exists(), "crds/ is installed once and never upgraded by Helm"
     assert CHART_CRD.read_bytes() == (ROOT / "crds" / CRD_FILE).read_bytes(), (
         "the chart's CRD is stale: run `python -m tests.unit.test_chart`"
+    )
+
+
+def test_the_package_crd_is_the_crds_file() -> None:
+    """`plan` checks manifests offline against the CRD the package carries: the same file."""
+    assert PACKAGE_CRD.read_bytes() == (ROOT / "crds" / CRD_FILE).read_bytes(), (
+        "the package's CRD is stale: run `python -m tests.unit.test_chart`"
     )
 
 
@@ -458,6 +466,7 @@ def test_install_guide_has_every_section_and_the_finalizer_way_out() -> None:
 
 if __name__ == "__main__":
     CHART_CRD.write_bytes((ROOT / "crds" / CRD_FILE).read_bytes())
+    PACKAGE_CRD.write_bytes((ROOT / "crds" / CRD_FILE).read_bytes())
     (ROOT / "deploy" / "operator.yaml").write_text(plain_manifests())
     sys.exit(0)
 

@@ -15,13 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from runner_operator import cli
+from runner_operator import cli, schemacheck
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, DEV_USER_TOKEN
 from runner_operator.simulator.server import RunningServer, serve
 from tests.testenv.localcluster import free_port
+from tests.testenv.tools import tool
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = (ROOT / "examples" / "minimal.yaml").read_text()
+VALIDATOR = schemacheck.VARIABLE
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +122,25 @@ CASES: dict[str, Callable[[str], Case]] = {
         files={"r.yaml": MINIMAL},
         env={"RUNNER_OPERATOR_REQUEST_TIMEOUT": "soon"},
     ),
+    "plan-crd-refuses": lambda url: Case(
+        ["plan", "-f", "r.yaml", "--endpoint", url],
+        'the CRD refuses ManagedRunner sandboxes/dev: ManagedRunner.sandbox.coreweave.com "dev" is invalid:'
+        ' spec.zone: Invalid value: "US-EAST-04A": zone must be lower-case',
+        files={"r.yaml": MINIMAL.replace("  zone: us-east-04a", "  zone: US-EAST-04A")},
+        env={VALIDATOR: tool("managed-runner-validate")},
+    ),
+    "plan-validator-not-found": lambda url: Case(
+        ["plan", "-f", "r.yaml", "--endpoint", url],
+        f"{VALIDATOR}=no-such-validator is not an executable file",
+        files={"r.yaml": MINIMAL},
+        env={VALIDATOR: "no-such-validator"},
+    ),
+    "plan-validator-fails": lambda url: Case(
+        ["plan", "-f", "r.yaml", "--endpoint", url],
+        "failed (exit 1)",
+        files={"r.yaml": MINIMAL},
+        env={VALIDATOR: "false"},
+    ),
     "plan-bad-kubeconfig": lambda url: Case(
         ["plan", "-f", "r.yaml", "--endpoint", url, "--kubeconfig", "no-such-kubeconfig"],
         "cannot use the kubeconfig",
@@ -159,6 +180,7 @@ def test_user_error_is_one_line_and_exit_1(
     for key in [k for k in os.environ if k.startswith(("RUNNER_OPERATOR_", "COREWEAVE_"))]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setenv("PATH", os.defpath)  # no managed-runner-validate unless the row names one
     for key, value in case.env.items():
         monkeypatch.setenv(key, value)
     for path, text in case.files.items():
@@ -186,3 +208,27 @@ def test_user_error_is_one_line_and_exit_1(
 def test_every_row_is_a_distinct_message(api: str) -> None:
     says = [CASES[name](api).says for name in CASES]
     assert len(says) == len(set(says))
+
+
+@pytest.mark.parametrize("found", [True, False], ids=["validator", "no-validator"])
+def test_offline_plan_says_whether_the_crds_rules_were_checked(
+    found: bool,
+    api: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A valid manifest is planned either way; without the validator stderr says what was not checked."""
+    monkeypatch.setenv("PATH", os.defpath)
+    monkeypatch.delenv(VALIDATOR, raising=False)
+    if found:
+        monkeypatch.setenv(VALIDATOR, tool("managed-runner-validate"))
+    (tmp_path / "r.yaml").write_text(MINIMAL)
+    (tmp_path / "token").write_text(DEV_ADMIN_TOKEN)
+    argv = ["plan", "-f", str(tmp_path / "r.yaml"), "--offline", "--endpoint", api]
+    status = cli.main([*argv, "--token-file", str(tmp_path / "token")])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "create" in captured.out.lower()
+    note = "note: the CRD's rules were not checked: managed-runner-validate was not found"
+    assert (note in captured.err) is not found, captured.err
