@@ -140,6 +140,7 @@ async def plan_one(
         bound_here=None,
         claimed_by=claimed,
         credential=None,
+        now=now or datetime.now(UTC),
     )
     if not res.deleting and reconciling.may_replace(facts):
         facts = dataclasses.replace(facts, cluster_holder=await runners.cluster_holder(res.spec.cluster_id))

@@ -22,7 +22,14 @@ from runner_operator.cloud import errors
 from runner_operator.cloud.models import CloudRunner, readiness
 from runner_operator.desired import SecretValues
 from runner_operator.reasons import Reason
-from runner_operator.status import DeletionProgress, PlanPreview, Replacement, StatusPatch
+from runner_operator.status import (
+    AppliedUpdate,
+    DeletionProgress,
+    PlanPreview,
+    Replacement,
+    StatusPatch,
+    UpdateRequest,
+)
 
 
 @dataclass(frozen=True)
@@ -211,6 +218,10 @@ def report(
             return _adopted(res, ctx, facts, action)
         case planning.Update():
             return _updated(res, ctx, facts, action, answer)
+        case planning.ApplyUpdate():
+            return _update_applied(res, ctx, facts, action, answer)
+        case planning.DeclineUpdateRequest():
+            return _update_declined(res, ctx, facts, action)
         case planning.Delete(replacing=True):
             return _replacing(res, ctx, facts, action)
         case planning.ForgetOld():
@@ -371,6 +382,53 @@ def _updated(
     else:
         events.append(Event("Normal", Reason.UPDATED, f"updated {mask}"))
     return _observed(res, facts, ctx, updated, events, extra, calls=("update",))
+
+
+def _update_applied(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.ApplyUpdate,
+    answer: CloudRunner | None,
+) -> Outcome:
+    before = facts.observed
+    from_revision = before.active_revision if before is not None else None
+    to_revision = answer.target_revision if answer is not None else None
+    channel = answer or before
+    stamp = _rfc3339(ctx.now)
+    applied = AppliedUpdate(
+        trigger="WhenAvailable" if action.request is None else "Request",
+        request=action.request,
+        time=stamp,
+        from_revision=from_revision,
+        to_revision=to_revision,
+        release_channel=channel.spec.release_channel if channel is not None and channel.spec else None,
+    )
+    extra = StatusPatch(last_applied_update=applied)
+    why = "spec.updates.apply is WhenAvailable"
+    if action.request is not None:
+        extra |= StatusPatch(
+            last_update_request=UpdateRequest(request=action.request, outcome="Applied", time=stamp)
+        )
+        why = f"requested by spec.updates.request {action.request!r}"
+    message = f"applied the available update: revision {from_revision} -> {to_revision} ({why})"
+    events = [Event("Normal", Reason.UPDATE_APPLIED, message)]
+    return _observed(res, facts, ctx, answer, events, extra, calls=("applyAvailableUpdate",))
+
+
+def _update_declined(
+    res: resource.ManagedRunnerResource,
+    ctx: Context,
+    facts: planning.Facts,
+    action: planning.DeclineUpdateRequest,
+) -> Outcome:
+    answer = UpdateRequest(request=action.request, outcome="NotAvailable", time=_rfc3339(ctx.now))
+    message = (
+        f"spec.updates.request {action.request!r}: no update is available on the release channel; "
+        "nothing was applied (set a new value once status.updateAvailable is true)"
+    )
+    events = [Event("Warning", Reason.UPDATE_NOT_AVAILABLE, message)]
+    return _observed(res, facts, ctx, facts.observed, events, StatusPatch(last_update_request=answer))
 
 
 def _replacing(
@@ -614,6 +672,7 @@ def _status(
     status = StatusPatch()
     if runner is not None:
         status |= reporting.observed_status(runner)
+        status |= _update_available_since(res.status, runner, stamp)
         status |= StatusPatch(phase=reporting.phase(runner), last_observed_time=stamp)
         if ctx.credential:
             # The credential that last saw the runner: only its NOT_FOUND proves the runner is gone.
@@ -645,6 +704,14 @@ def _status(
     if extra is not None:
         status |= extra
     return _keep_recent_stamp(status, res.status, now)
+
+
+def _update_available_since(previous: Mapping[str, Any], runner: CloudRunner, stamp: str) -> StatusPatch:
+    """When an update was first seen available; removed once none is."""
+    since = previous.get("updateAvailableSince")
+    if runner.update_available:
+        return StatusPatch() if since else StatusPatch(update_available_since=stamp)
+    return StatusPatch(update_available_since=None) if since else StatusPatch()
 
 
 STAMP_REFRESH = timedelta(minutes=15)
@@ -704,6 +771,8 @@ def _would(facts: planning.Facts) -> PlanPreview:
             return PlanPreview(action="create", update_mask=())
         case planning.Update(change):
             return PlanPreview(action="update", update_mask=tuple(change.mask))
+        case planning.ApplyUpdate():
+            return PlanPreview(action="applyUpdate", update_mask=())
         case planning.Delete(_, replacing=True) | planning.ForgetOld():
             return PlanPreview(action="replace", update_mask=())
     return PlanPreview(action="none", update_mask=())

@@ -53,6 +53,12 @@ class Facts:
     """the creation time of the runner this resource holds, as last seen (status.createTime)."""
     protected: bool = True
     """the resource carries the operator's finalizer (its deletion will wait for a decommission)."""
+    update_request: str | None = None
+    """a spec.updates.request value not answered yet (status.lastUpdateRequest holds another)."""
+    apply_updates: bool = False
+    """spec.updates.apply is WhenAvailable."""
+    update_frozen: bool = False
+    """now is inside a maintenance exclusion: WhenAvailable waits (a request does not)."""
 
 
 def absence_needs_proof(
@@ -124,6 +130,20 @@ class Release:
 
 
 @dataclass(frozen=True)
+class ApplyUpdate:
+    """Apply the channel's available update (applyAvailableUpdate), for `request` or WhenAvailable."""
+
+    request: str | None = None
+
+
+@dataclass(frozen=True)
+class DeclineUpdateRequest:
+    """Answer a request with nothing to apply (no call): recorded so the same value is not retried."""
+
+    request: str
+
+
+@dataclass(frozen=True)
 class Wait:
     """Nothing to send now; observe again soon (install, rollout or deletion in flight)."""
 
@@ -158,7 +178,19 @@ someone else's: the resource stalls (OwnershipUnknown) instead of guessing.
 
 
 Action = (
-    ReserveRequestId | Create | Adopt | Bind | Update | Delete | ForgetOld | Release | Wait | Idle | Conflict
+    ReserveRequestId
+    | Create
+    | Adopt
+    | Bind
+    | Update
+    | ApplyUpdate
+    | DeclineUpdateRequest
+    | Delete
+    | ForgetOld
+    | Release
+    | Wait
+    | Idle
+    | Conflict
 )
 
 
@@ -224,7 +256,7 @@ def _plan(facts: Facts) -> Action:
     change = diff.compute_update(facts.desired, observed)
     if change is not None:
         return Update(change)
-    return _progress(observed)
+    return _plan_runner_update(facts, observed) or _progress(observed)
 
 
 def identity_changes(desired: CloudRunner, observed: CloudRunner) -> list[str]:
@@ -445,6 +477,23 @@ def _created_before_reservation(facts: Facts) -> bool:
         and observed.create_time is not None
         and observed.create_time < facts.reserved_at - CLOCK_MARGIN
     )
+
+
+def _plan_runner_update(facts: Facts, observed: CloudRunner) -> ApplyUpdate | DeclineUpdateRequest | None:
+    """A channel update, once the spec is applied and the runner installed and not rolling out.
+
+    A request is answered once (applied, or declined when nothing is available); WhenAvailable applies
+    whatever appears, except inside a maintenance exclusion. Neither runs while paused (see `_plan`).
+    """
+    if observed.install_status != InstallStatus.READY or readiness(observed).reason == Reason.ROLLING_OUT:
+        return None
+    if facts.update_request is not None:
+        if observed.update_available:
+            return ApplyUpdate(facts.update_request)
+        return DeclineUpdateRequest(facts.update_request)
+    if facts.apply_updates and observed.update_available and not facts.update_frozen:
+        return ApplyUpdate()
+    return None
 
 
 def _progress(observed: CloudRunner) -> Action:

@@ -82,6 +82,16 @@ def preview(action: planning.Action, observed: CloudRunner | None) -> Preview:
                 "Replacement: the old runner is deleted first, then the new one created." if replacing else ""
             )
             return Preview((Call("DELETE", _item(runner_id), {"allowMissing": "true"}),), note)
+        case planning.ApplyUpdate(request):
+            why = f"requested ({request!r})" if request is not None else "spec.updates.apply is WhenAvailable"
+            return Preview(
+                (Call("POST", f"{_item(_runner_id(observed))}:applyAvailableUpdate"),),
+                f"The channel's available update will be applied: {why}.",
+            )
+        case planning.DeclineUpdateRequest(request):
+            return Preview(
+                (), f"Update request {request!r}: no update is available; it is answered, not retried."
+            )
         case planning.Adopt():
             return Preview((), "The existing runner will be adopted (spec.adopt: true).")
         case planning.Bind():
@@ -138,6 +148,10 @@ def _mark_changed_env(before: Any, after: Any, masked_new: dict[str, Any]) -> No
     for key in env:
         if before.get(key) != after.get(key):
             env[key] = MASK_CHANGED
+
+
+def _runner_id(observed: CloudRunner | None) -> str:
+    return observed.runner_id if observed is not None and observed.runner_id else "-"
 
 
 def _item(runner_id: str) -> str:

@@ -22,6 +22,8 @@ class Reason(StrEnum):
     ADOPTED = "Adopted"
     UPDATED = "Updated"
     DRIFT_CORRECTED = "DriftCorrected"
+    UPDATE_APPLIED = "UpdateApplied"
+    UPDATE_NOT_AVAILABLE = "UpdateNotAvailable"
     RECREATING_DELETED_RUNNER = "RecreatingDeletedRunner"
     DELETION_REQUESTED = "DeletionRequested"
     DELETED = "Deleted"
@@ -87,6 +89,16 @@ REASONS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "Adopted": ((EVENT,), "An existing runner was adopted (spec.adopt: true, identity matched)."),
     "Updated": ((EVENT,), "A spec change was sent; the message lists the update mask."),
     "DriftCorrected": ((EVENT,), "The runner was changed outside Kubernetes and restored to the spec."),
+    "UpdateApplied": (
+        (EVENT,),
+        "The available runner update was applied (spec.updates: a new request, or WhenAvailable); the"
+        " message gives the revisions; status.lastAppliedUpdate records it.",
+    ),
+    "UpdateNotAvailable": (
+        (EVENT,),
+        "A new spec.updates.request found no update to apply; it is answered (status.lastUpdateRequest)"
+        " and not retried: set a new value once status.updateAvailable is true.",
+    ),
     "RecreatingDeletedRunner": (
         (EVENT,),
         "The runner was deleted outside Kubernetes; it is being created again.",

@@ -153,6 +153,7 @@ async def _reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: C
             bound_here=ctx.bound_here,
             claimed_by=ctx.claimed_by,
             credential=ctx.credential,
+            now=ctx.now,
         )
         if not res.deleting and may_replace(facts):
             facts = dataclasses.replace(facts, cluster_holder=await cloud.cluster_holder(res.spec.cluster_id))
@@ -175,6 +176,7 @@ def facts_for(
     bound_here: str | None,
     claimed_by: str | None,
     credential: str | None,
+    now: datetime,
 ) -> planning.Facts:
     """The planner's inputs from a resource, its status and what was observed: the one place the
     operator's passes and `runner-operator plan` both take them from, so the two cannot disagree."""
@@ -197,7 +199,17 @@ def facts_for(
         reserved_at=_parse_time(res.status.get("createRequestedTime")),
         seen_created=_parse_time(res.status.get("createTime")),
         protected=res.protected,
+        update_request=pending_update_request(res),
+        apply_updates=res.spec.updates.apply == "WhenAvailable",
+        update_frozen=bool(res.spec.maintenance_policy and res.spec.maintenance_policy.excludes(now)),
     )
+
+
+def pending_update_request(res: resource.ManagedRunnerResource) -> str | None:
+    """spec.updates.request when it has not been answered yet (each value is honoured once)."""
+    request = res.spec.updates.request
+    answered = res.status.get("lastUpdateRequest") or {}
+    return request if request and answered.get("request") != request else None
 
 
 def is_bound(res: resource.ManagedRunnerResource, bound_here: str | None) -> bool:
@@ -266,6 +278,15 @@ async def _act(
             return report(res, ctx, facts, action, created)
         case planning.Update(change):
             return report(res, ctx, facts, action, await cloud.update(res.spec.runner_id, change))
+        case planning.ApplyUpdate(request):
+            try:
+                applied = await cloud.apply_update(res.spec.runner_id)
+            except errors.FailedPrecondition:
+                # Nothing to apply after all (the list was older than the API's answer).
+                if request is None:
+                    return report(res, ctx, facts, planning.Idle())
+                return report(res, ctx, facts, planning.DeclineUpdateRequest(request))
+            return report(res, ctx, facts, action, applied)
         case planning.Delete(runner_id):
             await cloud.delete(runner_id)
     return report(res, ctx, facts, action)

@@ -9,6 +9,7 @@ conversion to the CoreWeave wire format, and no kopf/httpx/kubernetes imports.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -65,6 +66,21 @@ class MaintenanceExclusion(K8sModel):
 class MaintenancePolicy(K8sModel):
     windows: tuple[MaintenanceWindow, ...] = ()
     exclusions: tuple[MaintenanceExclusion, ...] = ()
+
+    def excludes(self, moment: datetime) -> bool:
+        """Whether `moment` falls inside an exclusion (an unreadable time counts as inside: it was meant
+        to protect something)."""
+        for exclusion in self.exclusions:
+            try:
+                start, end = (
+                    datetime.fromisoformat(t.replace("Z", "+00:00"))
+                    for t in (exclusion.start_time, exclusion.end_time)
+                )
+            except ValueError:
+                return True
+            if start.replace(tzinfo=start.tzinfo or UTC) <= moment < end.replace(tzinfo=end.tzinfo or UTC):
+                return True
+        return False
 
 
 class Toleration(K8sModel):
@@ -386,6 +402,13 @@ class Credentials(K8sModel):
     secret_ref: SecretRef
 
 
+class Updates(K8sModel):
+    """When the operator applies an available runner update (see the CRD's spec.updates)."""
+
+    apply: Literal["Manual", "WhenAvailable"] = "Manual"
+    request: str | None = None
+
+
 class ManagedRunnerSpec(K8sModel):
     runner_id: str
     cluster_id: str
@@ -406,6 +429,7 @@ class ManagedRunnerSpec(K8sModel):
     adopt: bool = False
     paused: bool = False
     replacement_policy: Literal["Reject", "Replace"] = "Reject"
+    updates: Updates = Field(default_factory=Updates)
 
     def env_secret_refs(self) -> tuple[SecretKeySelector, ...]:
         """Secret keys referenced by `overrides.env`, in env order, without duplicates."""

@@ -66,7 +66,7 @@ class Replacement(Patchable):
 class PlanPreview(Patchable):
     """What an unpaused pass would send (values never shown: they may be secret)."""
 
-    action: Literal["create", "update", "replace", "none"]
+    action: Literal["create", "update", "replace", "applyUpdate", "none"]
     update_mask: tuple[str, ...]
 
 
@@ -76,6 +76,25 @@ class DeletionProgress(Patchable):
     requested_time: str
     deadline_time: str
     stalled: bool
+
+
+class UpdateRequest(Patchable):
+    """The answer to the last spec.updates.request the operator honoured."""
+
+    request: str
+    outcome: Literal["Applied", "NotAvailable"]
+    time: str
+
+
+class AppliedUpdate(Patchable):
+    """The last runner update the operator applied, and why."""
+
+    trigger: Literal["Request", "WhenAvailable"]
+    request: str | None = None
+    time: str
+    from_revision: int | None = None
+    to_revision: int | None = None
+    release_channel: str | None = None
 
 
 class StatusPatch(Patchable):
@@ -107,6 +126,9 @@ class StatusPatch(Patchable):
     target_revision: int | None = None
     rollout_in_progress: bool | None = None
     update_available: bool | None = None
+    update_available_since: str | None = None
+    last_update_request: UpdateRequest | None = None
+    last_applied_update: AppliedUpdate | None = None
     active_config_version: str | None = None
     install_error: InstallError | None = None
     data_plane_status: dict[str, Any] | None = None

@@ -369,6 +369,16 @@ def test_a_full_status_patch_validates_against_the_crd() -> None:
         target_revision=3,
         rollout_in_progress=False,
         update_available=True,
+        update_available_since=stamp,
+        last_update_request=status.UpdateRequest(request="2026-12-04", outcome="Applied", time=stamp),
+        last_applied_update=status.AppliedUpdate(
+            trigger="Request",
+            request="2026-12-04",
+            time=stamp,
+            from_revision=2,
+            to_revision=3,
+            release_channel="RELEASE_CHANNEL_STABLE",
+        ),
         active_config_version="v1.2.3",
         install_error=status.InstallError(
             reason="IMAGE_PULL",

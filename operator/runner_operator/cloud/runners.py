@@ -55,6 +55,13 @@ class Runners:
         self._wrote(runner_id, updated)
         return updated
 
+    async def apply_update(self, runner_id: str) -> CloudRunner:
+        """Roll the runner to its channel's available update (FailedPrecondition when there is none)."""
+        self._wrote(runner_id)
+        updated = await self.client.apply_available_update(runner_id)
+        self._wrote(runner_id, updated)
+        return updated
+
     async def delete(self, runner_id: str) -> None:
         """Start the decommission (the API's NOT_FOUND for it counts as done)."""
         self._wrote(runner_id)

@@ -31,6 +31,7 @@ READY = {
     "etag": "e1",
 }
 DESIRED = runner()
+PENDING_INSTALL = {**READY, "installStatus": "RUNNER_INSTALL_STATUS_PENDING"}
 
 
 def facts(**kw: Any) -> planning.Facts:
@@ -38,6 +39,11 @@ def facts(**kw: Any) -> planning.Facts:
     kw.setdefault("new_request_id", "new-key")
     return planning.Facts(**kw)
 
+
+UPDATE_DISPLAY_NAME = planning.plan(
+    facts(desired=runner(displayName="new"), observed=runner(**READY), bound=True)
+)
+assert isinstance(UPDATE_DISPLAY_NAME, planning.Update)
 
 CASES = [
     pytest.param(
@@ -149,6 +155,76 @@ CASES = [
         facts(observed=runner(displayName="old", **READY), bound=True, paused=True),
         planning.Idle(Reason.PAUSED, "x"),
         id="paused-sends-no-update",
+    ),
+    # channel updates (spec.updates)
+    pytest.param(
+        facts(observed=runner(**READY, updateAvailable=True), bound=True),
+        planning.Idle(),
+        id="manual-update-waits-for-a-request",
+    ),
+    pytest.param(
+        facts(observed=runner(**READY, updateAvailable=True), bound=True, update_request="r"),
+        planning.ApplyUpdate("r"),
+        id="new-request-applies-the-available-update",
+    ),
+    pytest.param(
+        facts(observed=runner(**READY), bound=True, update_request="r"),
+        planning.DeclineUpdateRequest("r"),
+        id="new-request-without-an-update-is-declined",
+    ),
+    pytest.param(
+        facts(observed=runner(**READY, updateAvailable=True), bound=True, apply_updates=True),
+        planning.ApplyUpdate(),
+        id="when-available-applies-on-its-own",
+    ),
+    pytest.param(
+        facts(observed=runner(**READY), bound=True, apply_updates=True),
+        planning.Idle(),
+        id="when-available-without-an-update-does-nothing",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(**READY, updateAvailable=True), bound=True, apply_updates=True, update_frozen=True
+        ),
+        planning.Idle(),
+        id="when-available-waits-out-a-maintenance-exclusion",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(**READY, updateAvailable=True), bound=True, update_request="r", update_frozen=True
+        ),
+        planning.ApplyUpdate("r"),
+        id="a-request-is-applied-during-an-exclusion",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(**READY, updateAvailable=True),
+            bound=True,
+            update_request="r",
+            apply_updates=True,
+            paused=True,
+        ),
+        planning.Idle(Reason.PAUSED, "x"),
+        id="paused-blocks-requested-and-automatic-updates",
+    ),
+    pytest.param(
+        facts(
+            observed=runner(**{**READY, "targetRevision": 2}, updateAvailable=True),
+            bound=True,
+            update_request="r",
+        ),
+        planning.Wait(Reason.ROLLING_OUT, "x"),
+        id="a-request-waits-for-the-rollout",
+    ),
+    pytest.param(
+        facts(observed=runner(**PENDING_INSTALL), bound=True, update_request="r"),
+        planning.Wait(Reason.INSTALLING, "x"),
+        id="a-request-waits-for-the-install",
+    ),
+    pytest.param(
+        facts(desired=runner(displayName="new"), observed=runner(**READY), bound=True, update_request="r"),
+        UPDATE_DISPLAY_NAME,
+        id="the-spec-is-applied-before-a-requested-update",
     ),
     pytest.param(
         facts(deleting=True, observed=runner(**READY), bound=True),

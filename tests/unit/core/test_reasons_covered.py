@@ -595,6 +595,16 @@ async def replacement(env: Env, passes: int) -> outcomes.Outcome:
     return outcome
 
 
+async def channel_update(env: Env, *, published: bool, **updates: str) -> outcomes.Outcome:
+    """A ready runner, maybe a new release on its channel, then spec.updates as given."""
+    obj = await env.ready()
+    if published:
+        env.sim.publish_release()
+        await obj.step()  # the operator sees updateAvailable (and nothing else changes)
+    obj.edit(updates=updates)
+    return await obj.step()
+
+
 async def deletion_stalled(env: Env) -> outcomes.Outcome:
     obj = await env.ready()
     obj.deletion_timeout = 5
@@ -700,6 +710,28 @@ SHELL: dict[str, ShellRow] = {
         lambda env: replacement(env, 5),
         {"Event:Normal:Replaced", "Ready:False:Installing"} | OK,
         {"replacement": None, "runnerId": "owned-2"},
+    ),
+    "requested-update-applied": (
+        lambda env: channel_update(env, published=True, request="2026-12-04T10:00:00Z"),
+        {"Event:Normal:UpdateApplied", "Ready:False:RollingOut"} | OK,
+        {
+            "lastUpdateRequest.request": "2026-12-04T10:00:00Z",
+            "lastUpdateRequest.outcome": "Applied",
+            "lastAppliedUpdate.trigger": "Request",
+            "lastAppliedUpdate.fromRevision": 1,
+            "lastAppliedUpdate.toRevision": 2,
+            "lastAppliedUpdate.releaseChannel": "RELEASE_CHANNEL_STABLE",
+        },
+    ),
+    "update-applied-when-available": (
+        lambda env: channel_update(env, published=True, apply="WhenAvailable"),
+        {"Event:Normal:UpdateApplied", "Ready:False:RollingOut"} | OK,
+        {"lastAppliedUpdate.trigger": "WhenAvailable", "lastUpdateRequest": UNSET},
+    ),
+    "update-requested-with-none-available": (
+        lambda env: channel_update(env, published=False, request="first"),
+        {"Event:Warning:UpdateNotAvailable", AVAILABLE} | OK,
+        {"lastUpdateRequest.outcome": "NotAvailable", "lastAppliedUpdate": UNSET},
     ),
     "deletion-stalls": (
         deletion_stalled,
