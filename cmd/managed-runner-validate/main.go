@@ -6,6 +6,12 @@
 //
 // Usage: managed-runner-validate --crd CRD.yaml < objects.json
 // stdin: a JSON array of objects; stdout: a JSON array with one {"error": "..." | null} per object.
+//
+// Usage: managed-runner-validate --crd CRD.yaml --check-crd
+// Checks the CRD itself as the API server does when it is applied (ValidateCustomResourceDefinition:
+// structural schema, CEL compilation and the estimated CEL cost limits) and prints one JSON object:
+// the errors, the total estimated CEL cost of the rules against the per-CRD budget and the most
+// expensive rule against the per-rule limit. Exit status 1 when the API server would refuse the CRD.
 package main
 
 import (
@@ -19,7 +25,9 @@ import (
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	crdvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
@@ -33,6 +41,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"sigs.k8s.io/yaml"
 )
@@ -48,9 +58,13 @@ type version struct {
 
 func main() {
 	crdPath := flag.String("crd", "", "the CustomResourceDefinition (YAML or JSON)")
+	checkCRD := flag.Bool("check-crd", false, "check the CRD itself (the API server's CRD validation and CEL cost) instead of objects")
 	flag.Parse()
 	if *crdPath == "" {
-		fail("usage: managed-runner-validate --crd CRD.yaml < objects.json")
+		fail("usage: managed-runner-validate --crd CRD.yaml [--check-crd] < objects.json")
+	}
+	if *checkCRD {
+		os.Exit(checkDefinition(*crdPath))
 	}
 	versions, err := load(*crdPath)
 	if err != nil {
@@ -162,4 +176,131 @@ func check(versions map[string]version, obj map[string]any) string {
 		return ""
 	}
 	return apierrors.NewInvalid(v.kind.GroupKind(), u.GetName(), errs).Error()
+}
+
+// costReport is what --check-crd prints.
+type costReport struct {
+	Errors []string `json:"errors"`
+	// Rules is the number of CEL expressions (rules and message expressions) costed.
+	Rules int `json:"rules"`
+	// TotalCost is the sum of every expression's estimated cost (rule cost times the most instances
+	// the schema allows), as the API server adds it up; TotalLimit is its per-CRD limit.
+	TotalCost  uint64 `json:"totalCost"`
+	TotalLimit uint64 `json:"totalLimit"`
+	// MaxRuleCost is the most expensive single expression (MaxRule its schema path); RuleLimit is the
+	// per-expression limit.
+	MaxRuleCost uint64 `json:"maxRuleCost"`
+	MaxRule     string `json:"maxRule"`
+	RuleLimit   uint64 `json:"ruleLimit"`
+}
+
+// checkDefinition validates the CRD file as the API server validates a CRD create, prints a
+// costReport and returns the exit status.
+func checkDefinition(file string) int {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		fail(err.Error())
+	}
+	var external apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(raw, &external); err != nil {
+		fail(fmt.Sprintf("%s: %s", file, err))
+	}
+	// The API server defaults the object before converting and validating it.
+	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(&external)
+	var crd apiextensions.CustomResourceDefinition
+	if err := apiextensionsv1.Convert_v1_CustomResourceDefinition_To_apiextensions_CustomResourceDefinition(&external, &crd, nil); err != nil {
+		fail(err.Error())
+	}
+	report := costReport{
+		Errors:     []string{},
+		TotalLimit: crdvalidation.StaticEstimatedCRDCostLimit,
+		RuleLimit:  crdvalidation.StaticEstimatedCostLimit,
+	}
+	for _, e := range crdvalidation.ValidateCustomResourceDefinition(context.Background(), &crd) {
+		report.Errors = append(report.Errors, e.Error())
+	}
+	if len(report.Errors) == 0 {
+		// The internal form keeps a schema shared by every version at the top.
+		schemas := map[string]*apiextensions.JSONSchemaProps{}
+		if crd.Spec.Validation != nil && crd.Spec.Validation.OpenAPIV3Schema != nil {
+			schemas["openAPIV3Schema"] = crd.Spec.Validation.OpenAPIV3Schema
+		}
+		for _, v := range crd.Spec.Versions {
+			if v.Schema != nil && v.Schema.OpenAPIV3Schema != nil {
+				schemas[v.Name+".openAPIV3Schema"] = v.Schema.OpenAPIV3Schema
+			}
+		}
+		envSet := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
+		for name, root := range schemas {
+			walkCost(root, name, crdvalidation.RootCELContext(root), envSet, &report)
+		}
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(report); err != nil {
+		fail(err.Error())
+	}
+	if len(report.Errors) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// walkCost adds up the estimated cost of every CEL expression under s the way
+// ValidateCustomResourceDefinition does: each expression's cost times the largest number of times
+// the schema lets it run (the product of the enclosing maxItems / maxProperties, else the estimate).
+func walkCost(s *apiextensions.JSONSchemaProps, at string, ctx *crdvalidation.CELSchemaContext, envSet *environment.EnvSet, report *costReport) {
+	if len(s.XValidations) > 0 {
+		typeInfo, err := ctx.TypeInfo()
+		if err != nil || typeInfo == nil {
+			report.Errors = append(report.Errors, fmt.Sprintf("%s: no CEL type information: %v", at, err))
+			return
+		}
+		results, err := cel.Compile(typeInfo.Schema, typeInfo.DeclType, celconfig.PerCallLimit, envSet, cel.NewExpressionsEnvLoader())
+		if err != nil {
+			report.Errors = append(report.Errors, fmt.Sprintf("%s: %v", at, err))
+			return
+		}
+		for i, result := range results {
+			cardinality := result.MaxCardinality
+			if ctx.MaxCardinality != nil {
+				cardinality = *ctx.MaxCardinality
+			}
+			observe(report, fmt.Sprintf("%s.x-kubernetes-validations[%d].rule", at, i), multiply(result.MaxCost, cardinality))
+			if result.MessageExpression != nil {
+				observe(report, fmt.Sprintf("%s.x-kubernetes-validations[%d].messageExpression", at, i), result.MessageExpressionMaxCost)
+			}
+		}
+	}
+	for name := range s.Properties {
+		child := s.Properties[name]
+		walkCost(&child, at+".properties["+name+"]", ctx.ChildPropertyContext(&child, name), envSet, report)
+	}
+	if s.Items != nil && s.Items.Schema != nil {
+		walkCost(s.Items.Schema, at+".items", ctx.ChildItemsContext(s.Items.Schema), envSet, report)
+	}
+	if s.AdditionalProperties != nil && s.AdditionalProperties.Schema != nil {
+		walkCost(s.AdditionalProperties.Schema, at+".additionalProperties", ctx.ChildAdditionalPropertiesContext(s.AdditionalProperties.Schema), envSet, report)
+	}
+}
+
+func observe(report *costReport, at string, cost uint64) {
+	report.Rules++
+	report.TotalCost = add(report.TotalCost, cost)
+	if cost > report.MaxRuleCost || report.MaxRule == "" {
+		report.MaxRuleCost, report.MaxRule = cost, at
+	}
+}
+
+// multiply and add saturate at the largest uint64, as the API server's overflow guards do.
+func multiply(a, b uint64) uint64 {
+	if a != 0 && b > ^uint64(0)/a {
+		return ^uint64(0)
+	}
+	return a * b
+}
+
+func add(a, b uint64) uint64 {
+	if a > ^uint64(0)-b {
+		return ^uint64(0)
+	}
+	return a + b
 }
