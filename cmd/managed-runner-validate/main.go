@@ -4,8 +4,10 @@
 // invariants and the CEL rules, answering with the API server's own messages. `runner-operator plan`
 // runs it when it has no cluster to dry-run the apply on.
 //
-// Usage: managed-runner-validate --crd CRD.yaml < objects.json
-// stdin: a JSON array of objects; stdout: a JSON array with one {"error": "..." | null} per object.
+// Usage: managed-runner-validate --crd CRD.yaml < requests.json
+// stdin: a JSON array of {"object": {...}, "old": {...} | null}; with "old" the object is checked as
+// an update of it (transition rules such as immutable fields, ratcheting), else as a create.
+// stdout: a JSON array with one {"error": "..." | null} per request.
 //
 // Usage: managed-runner-validate --crd CRD.yaml --check-crd
 // Checks the CRD itself as the API server does when it is applied (ValidateCustomResourceDefinition:
@@ -53,7 +55,14 @@ type version struct {
 	structural *structuralschema.Structural
 	strategy   interface {
 		Validate(context.Context, runtime.Object) field.ErrorList
+		ValidateUpdate(context.Context, runtime.Object, runtime.Object) field.ErrorList
 	}
+}
+
+// request is one manifest to check, and the stored version it would replace, if any.
+type checkRequest struct {
+	Object map[string]any `json:"object"`
+	Old    map[string]any `json:"old"`
 }
 
 func main() {
@@ -61,7 +70,7 @@ func main() {
 	checkCRD := flag.Bool("check-crd", false, "check the CRD itself (the API server's CRD validation and CEL cost) instead of objects")
 	flag.Parse()
 	if *crdPath == "" {
-		fail("usage: managed-runner-validate --crd CRD.yaml [--check-crd] < objects.json")
+		fail("usage: managed-runner-validate --crd CRD.yaml [--check-crd] < requests.json")
 	}
 	if *checkCRD {
 		os.Exit(checkDefinition(*crdPath))
@@ -74,15 +83,15 @@ func main() {
 	if err != nil {
 		fail("reading stdin: " + err.Error())
 	}
-	var objects []map[string]any
+	var requests []checkRequest
 	// The API server's JSON reading: whole numbers become int64, as the schema's integer checks expect.
-	if err := utiljson.Unmarshal(input, &objects); err != nil {
-		fail("stdin is not a JSON array of objects: " + err.Error())
+	if err := utiljson.Unmarshal(input, &requests); err != nil {
+		fail("stdin is not a JSON array of {object, old} requests: " + err.Error())
 	}
-	results := make([]map[string]any, 0, len(objects))
-	for _, obj := range objects {
+	results := make([]map[string]any, 0, len(requests))
+	for _, req := range requests {
 		var refusal any
-		if message := check(versions, obj); message != "" {
+		if message := check(versions, req.Object, req.Old); message != "" {
 			refusal = message
 		}
 		results = append(results, map[string]any{"error": refusal})
@@ -148,8 +157,12 @@ func load(file string) (map[string]version, error) {
 	return out, nil
 }
 
-// check returns the API server's refusal of creating obj, or "" when it would be accepted.
-func check(versions map[string]version, obj map[string]any) string {
+// check returns the API server's refusal of creating obj (of replacing old with it, when old is
+// given), or "" when it would be accepted.
+func check(versions map[string]version, obj, old map[string]any) string {
+	if obj == nil {
+		return "no object to check"
+	}
 	u := &unstructured.Unstructured{Object: obj}
 	v, ok := versions[u.GetAPIVersion()]
 	if !ok || u.GetKind() != v.kind.Kind {
@@ -171,7 +184,23 @@ func check(versions map[string]version, obj map[string]any) string {
 	structuraldefaulting.Default(u.Object, v.structural)
 	ctx := request.WithNamespace(context.Background(), u.GetNamespace())
 	errs := metavalidation.ValidateObjectMetaAccessor(u, true, path.ValidatePathSegmentName, field.NewPath("metadata"))
-	errs = append(errs, v.strategy.Validate(ctx, u)...)
+	if old == nil {
+		errs = append(errs, v.strategy.Validate(ctx, u)...)
+	} else {
+		// The stored version went through the same decoding when it was written.
+		stored := &unstructured.Unstructured{Object: old}
+		// What the API server fills in for an apply: the stored version's resourceVersion.
+		if stored.GetResourceVersion() == "" {
+			stored.SetResourceVersion("1")
+		}
+		if u.GetResourceVersion() == "" {
+			u.SetResourceVersion(stored.GetResourceVersion())
+		}
+		structuralpruning.Prune(stored.Object, v.structural, true)
+		structuraldefaulting.PruneNonNullableNullsWithoutDefaults(stored.Object, v.structural)
+		structuraldefaulting.Default(stored.Object, v.structural)
+		errs = append(errs, v.strategy.ValidateUpdate(ctx, u, stored)...)
+	}
 	if len(errs) == 0 {
 		return ""
 	}

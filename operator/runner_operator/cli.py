@@ -102,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--offline", action="store_true", help="read no cluster: every manifest is planned as a new resource"
     )
+    plan.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="without a cluster: the manifests as last applied (e.g. the previous commit's); a manifest"
+        " found there by namespace and name is checked as a change of it (immutable fields)",
+    )
     _api_options(plan)
 
     export = commands.add_parser(
@@ -235,7 +243,13 @@ async def _plan(args: argparse.Namespace) -> int:
     namespace = args.namespace or (cluster.namespace if cluster else "default")
     manifests = [_in_namespace(doc, namespace) for doc in manifests]
     notes = []
-    if cluster is None and not await asyncio.to_thread(_check_offline, manifests):
+    if args.against is not None and cluster is not None:
+        raise commands.UserError(
+            "--against is for plans without a cluster (add --offline): with one, the live object is the"
+            " version a change is checked against"
+        )
+    previous = _previous(args.against, namespace) if args.against is not None else {}
+    if cluster is None and not await asyncio.to_thread(_check_offline, manifests, previous):
         notes.append(
             f"note: the CRD's rules were not checked: {schemacheck.EXECUTABLE} was not found"
             f" (on PATH or {schemacheck.VARIABLE}; see `plan` in the README)"
@@ -261,14 +275,28 @@ async def _plan(args: argparse.Namespace) -> int:
     return 2 if args.detailed_exitcode and any(r.writes for r in results) else 0
 
 
-def _check_offline(manifests: list[dict[str, Any]]) -> bool:
+def _previous(path: Path, namespace: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The manifests of --against by (namespace, name)."""
+    from runner_operator import commands
+
+    docs = [_in_namespace(doc, namespace) for doc in commands.load_manifests(path)]
+    return {_key(doc): doc for doc in docs}
+
+
+def _key(doc: dict[str, Any]) -> tuple[str, str]:
+    meta = doc.get("metadata") or {}
+    return str(meta.get("namespace")), str(meta.get("name"))
+
+
+def _check_offline(manifests: list[dict[str, Any]], previous: dict[tuple[str, str], dict[str, Any]]) -> bool:
     """Refuse, as the API server would, a manifest the CRD rejects; False when no validator is at hand."""
     from runner_operator.commands import UserError
 
     program = schemacheck.executable()
     if program is None:
         return False
-    for doc, refusal in zip(manifests, schemacheck.refusals(manifests, program), strict=True):
+    olds = [previous.get(_key(doc)) for doc in manifests]
+    for doc, refusal in zip(manifests, schemacheck.refusals(manifests, program, olds), strict=True):
         if refusal is not None:
             raise UserError(f"the CRD refuses {_name(doc)}: {refusal}")
     return True

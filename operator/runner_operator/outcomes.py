@@ -424,10 +424,11 @@ def _update_declined(
 ) -> Outcome:
     answer = UpdateRequest(request=action.request, outcome="NotAvailable", time=_rfc3339(ctx.now))
     message = (
-        f"spec.updates.request {action.request!r}: no update is available on the release channel; "
-        "nothing was applied (set a new value once status.updateAvailable is true)"
+        f"spec.updates.request {action.request!r}: the runner is already at the newest version of its "
+        "release channel; nothing was applied (set a new value once status.updateAvailable is true)"
     )
-    events = [Event("Warning", Reason.UPDATE_NOT_AVAILABLE, message)]
+    # Normal, not Warning: what the request asks for (the newest version) already holds.
+    events = [Event("Normal", Reason.UPDATE_NOT_AVAILABLE, message)]
     return _observed(res, facts, ctx, facts.observed, events, StatusPatch(last_update_request=answer))
 
 

@@ -120,6 +120,7 @@ async def _inputs(
         ctx.credential,
         ctx.credentials_secret,
         str(ctx.track_secret),
+        str(frozen(res, ctx.now)),  # an exclusion ending may let WhenAvailable apply an update
         *secrets,
     )
     return entry, digest
@@ -201,8 +202,13 @@ def facts_for(
         protected=res.protected,
         update_request=pending_update_request(res),
         apply_updates=res.spec.updates.apply == "WhenAvailable",
-        update_frozen=bool(res.spec.maintenance_policy and res.spec.maintenance_policy.excludes(now)),
+        update_frozen=frozen(res, now),
     )
+
+
+def frozen(res: resource.ManagedRunnerResource, now: datetime) -> bool:
+    """`now` falls in a maintenance exclusion of the spec (WhenAvailable waits)."""
+    return bool(res.spec.maintenance_policy and res.spec.maintenance_policy.excludes(now))
 
 
 def pending_update_request(res: resource.ManagedRunnerResource) -> str | None:

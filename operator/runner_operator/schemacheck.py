@@ -40,15 +40,30 @@ def executable() -> str | None:
     return shutil.which(EXECUTABLE)
 
 
-def refusals(documents: Sequence[Mapping[str, Any]], program: str) -> list[str | None]:
-    """For each document, the API server's refusal of creating it, or None when it would be stored."""
+def refusals(
+    documents: Sequence[Mapping[str, Any]],
+    program: str,
+    previous: Sequence[Mapping[str, Any] | None] = (),
+) -> list[str | None]:
+    """For each document, the API server's refusal of storing it, or None when it would be stored.
+
+    With `previous[i]`, document i is checked as an update of that version (transition rules such as
+    the immutable identity fields apply), else as a create.
+    """
     if not documents:
         return []
+    olds = list(previous) or [None] * len(documents)
+    if len(olds) != len(documents):
+        raise ValueError("previous must give one entry (or None) per document")
+    requests = [
+        {"object": dict(doc), "old": dict(old) if old else None}
+        for doc, old in zip(documents, olds, strict=True)
+    ]
     with resources.as_file(resources.files("runner_operator") / "data" / CRD_FILE) as crd:
         try:
             done = subprocess.run(
                 [program, "--crd", str(crd)],
-                input=json.dumps(list(documents)),
+                input=json.dumps(requests),
                 capture_output=True,
                 text=True,
                 timeout=TIMEOUT_SECONDS,

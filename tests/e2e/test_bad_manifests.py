@@ -123,24 +123,42 @@ def test_plan_refuses_the_bad_manifest_with_the_crds_message(
     assert len(err.strip().splitlines()) == 1, err
 
 
-@pytest.mark.parametrize("case", [p for p in params() if not p.values[0].update])
+@pytest.mark.parametrize("case", params())
 def test_plan_offline_refuses_the_bad_manifest_with_the_crds_message(
     case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without a cluster, `plan` refuses with the API server's own words for a create (`kubectl
     create --validate=strict`), through managed-runner-validate, before any API call (the endpoint
-    answers nothing). A change to an immutable field needs the stored object: those cases are the
-    server dry run's (above)."""
+    answers nothing). A change to an immutable field is checked against the version it replaces,
+    given with --against (in CI: the previous commit's manifest)."""
     monkeypatch.setenv(schemacheck.VARIABLE, tool("managed-runner-validate"))
     token = tmp_path / "token"
     token.write_text("CW-SECRET-never-sent")
     argv = ["plan", "-f", str(case.path), "--offline", "-n", "offline"]
+    if case.update:
+        assert case.base is not None
+        argv += ["--against", str(case.base)]
     status = cli.main([*argv, "--endpoint", f"http://127.0.0.1:{free_port()}", "--token-file", str(token)])
     err = capsys.readouterr().err
     assert status == 1, err
     assert f"the CRD refuses ManagedRunner offline/{case.object_name}: " in err, err
-    assert case.expect_create in err, err
+    assert (case.expect if case.update else case.expect_create) in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("case", [p for p in params() if p.values[0].update])
+def test_an_immutable_change_is_a_valid_manifest_on_its_own(case: Case) -> None:
+    """Why --against exists: without the version it replaces, the changed manifest is a valid create."""
+    assert case.base is not None
+    doc = {**case.document, "metadata": {**case.document["metadata"], "namespace": "offline"}}
+    base = yaml.safe_load(case.base.read_text())
+    old = {**base, "metadata": {**base["metadata"], "namespace": "offline"}}
+    program = tool("managed-runner-validate")
+    assert schemacheck.refusals([doc], program) == [None]
+    [refusal] = schemacheck.refusals([doc], program, [old])
+    assert refusal is not None
+    assert case.expect in refusal
+    assert schemacheck.refusals([old], program, [old]) == [None]  # an unchanged re-apply passes
 
 
 @pytest.mark.parametrize(("path", "twin"), [pytest.param(p, t, id=p.stem) for p, _, t in good_manifests()])

@@ -234,6 +234,24 @@ RULES: list[tuple[str, str, list[str]]] = [
             "tests/unit/core/test_creation_reads.py::test_nothing_is_created_before_the_finalizer_is_on_the_resource",
         ],
     ),
+    (
+        "A runner update is applied only when asked, and once per request",
+        "applyAvailableUpdate is sent only for a spec.updates.request value status.lastUpdateRequest "
+        "has not answered, or under spec.updates.apply: WhenAvailable outside a maintenance exclusion; "
+        "never while paused, installing or rolling out, and only after the spec itself is applied. A "
+        "request with nothing to apply is answered without a call. The answer is recorded with the "
+        "pass that made the call; an operator that dies between the call and that status write asks "
+        "again, and the API refuses the second call (FAILED_PRECONDITION) unless yet another release "
+        "has arrived on the channel meanwhile.",
+        [
+            "tests/unit/core/test_planning.py::test_plan[manual-update-waits-for-a-request]",
+            "tests/unit/core/test_planning.py::test_plan[paused-blocks-requested-and-automatic-updates]",
+            "tests/unit/core/test_planning.py::test_plan[a-request-waits-for-the-rollout]",
+            "tests/unit/core/test_planning.py::test_plan[when-available-waits-out-a-maintenance-exclusion]",
+            "tests/unit/core/test_quiet_passes.py::test_the_end_of_a_maintenance_exclusion_runs_the_pass",
+            "tests/e2e/test_updates.py::test_updates_are_applied_on_request_or_when_available_and_never_while_paused",
+        ],
+    ),
 ]
 
 

@@ -177,3 +177,22 @@ async def test_a_heartbeat_alone_does_not_run_the_pass(obj: Object) -> None:
     await asyncio.sleep(0.2)
     refreshed = await obj.step(LIST_AGE + 1)  # a new list, in which only the heartbeat moved
     assert refreshed.unchanged
+
+
+async def test_the_end_of_a_maintenance_exclusion_runs_the_pass(server: RunningServer, obj: Object) -> None:
+    """WhenAvailable waits out an exclusion; the exclusion ending is an input, so the skipped steady
+    passes do not hide the update until the stamps fall due."""
+    now = obj.start + timedelta(seconds=obj.clock())
+    until = now + timedelta(seconds=300)  # outlasts the steps below but ends before the stamps are due
+    exclusion = {"startTime": "2026-01-01T00:00:00Z", "endTime": until.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    obj.edit(updates={"apply": "WhenAvailable"}, maintenancePolicy={"exclusions": [exclusion]})
+    await obj.steady()  # the exclusion is sent (an update) and rolled out
+    server.simulator.publish_release()
+    held = await obj.step(LIST_AGE + 1)  # a fresh list shows the update; the exclusion holds it
+    assert held.calls == ()
+    assert not (await obj.step()).calls  # status moved (updateAvailableSince): one full, quiet pass
+    assert (await obj.step()).unchanged
+    left = (until - (obj.start + timedelta(seconds=obj.clock()))).total_seconds()
+    assert 0 < left < 300
+    applied = await obj.step(left + 1)  # just past the exclusion's end: no other input changed
+    assert applied.calls == ("applyAvailableUpdate",)

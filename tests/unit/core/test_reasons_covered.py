@@ -730,7 +730,7 @@ SHELL: dict[str, ShellRow] = {
     ),
     "update-requested-with-none-available": (
         lambda env: channel_update(env, published=False, request="first"),
-        {"Event:Warning:UpdateNotAvailable", AVAILABLE} | OK,
+        {"Event:Normal:UpdateNotAvailable", AVAILABLE} | OK,
         {"lastUpdateRequest.outcome": "NotAvailable", "lastAppliedUpdate": UNSET},
     ),
     "deletion-stalls": (
