@@ -32,7 +32,10 @@ def operator_of_its_own(
 ) -> Iterator[OperatorProcess]:
     """An operator on this test's own simulator: its request log and releases are this test's alone."""
     kube.create_secret(ns, "own-api", {"token": own_sim.token})
-    proc = OperatorProcess(kube.kubeconfig, [ns], own_sim.url, tmp_path).start()
+    # A release is noticed at the next steady pass: resync 5 s keeps the test short and several passes
+    # inside each "nothing happens" window.
+    env = {"RUNNER_OPERATOR_RESYNC_INTERVAL": "5"}
+    proc = OperatorProcess(kube.kubeconfig, [ns], own_sim.url, tmp_path, env=env).start()
     try:
         yield proc
     finally:
@@ -56,7 +59,7 @@ def wait_status(kube: Kube, ns: str, name: str, what: str, check: Any) -> dict[s
         current = status(kube, ns, name)
         return current if check(current) else None
 
-    return wait_for(found, timeout=60, what=f"{ns}/{name}: {what}")
+    return wait_for(found, timeout=120, what=f"{ns}/{name}: {what}")
 
 
 def events(kube: Kube, ns: str, name: str, reason: str) -> list[str]:
