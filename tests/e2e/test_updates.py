@@ -27,10 +27,17 @@ QUIET_SECONDS = 6.0
 
 
 @pytest.fixture
+def own_ns(kube: Kube, crd: str) -> str:
+    """A namespace outside e2e-*, which the suite's shared operator watches: only this test's acts."""
+    return kube.new_namespace("updates")
+
+
+@pytest.fixture
 def operator_of_its_own(
-    kube: Kube, crd: str, own_sim: SimulatorThread, ns: str, tmp_path: Path
+    kube: Kube, own_sim: SimulatorThread, own_ns: str, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """An operator on this test's own simulator: its request log and releases are this test's alone."""
+    ns = own_ns
     kube.create_secret(ns, "own-api", {"token": own_sim.token})
     # A release is noticed at the next steady pass: resync 5 s keeps the test short and several passes
     # inside each "nothing happens" window.
@@ -73,8 +80,9 @@ def publish(sim: SimulatorThread) -> str:
 
 
 def test_updates_are_applied_on_request_or_when_available_and_never_while_paused(
-    kube: Kube, ns: str, own_sim: SimulatorThread, operator_of_its_own: OperatorProcess, tmp_path: Path
+    kube: Kube, own_ns: str, own_sim: SimulatorThread, operator_of_its_own: OperatorProcess, tmp_path: Path
 ) -> None:
+    ns = own_ns
     body = manifest("upd", secret="own-api", releaseChannel=CHANNEL)
     runner_id = body["spec"]["runnerId"]
     create(kube, ns, body)
