@@ -541,6 +541,7 @@ def bench_size(
                 "operator_cpu_percent_steady": round(100 * (cpu - cpu_before) / args.steady_window, 1),
             }
         )
+        run.figures.update(drift(n, args, ns, url))
         # Restart with N Ready runners.
         stop(op)
         httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
@@ -582,6 +583,42 @@ def bench_size(
         for proc in (op, sim):
             stop(proc)
     return run
+
+
+DRIFTED = 20
+
+
+def drift(n: int, args: argparse.Namespace, ns: str, url: str) -> dict[str, Any]:
+    """Edit DRIFTED runners out of band (the simulator's control API, as a console edit would) and
+    time each until the operator's corrective update call reaches the API (its request log)."""
+    httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
+    step = max(1, n // DRIFTED)
+    edited: dict[str, float] = {}
+    for i in range(0, n, step)[:DRIFTED]:
+        runner_id = runner_body(args.spec, ns, i)["spec"]["runnerId"]
+        reply = httpx.patch(
+            f"{url}/_sim/runners/{runner_id}",
+            json={"displayName": "edited in the console"},
+            headers=auth(),
+            timeout=30,
+        )
+        reply.raise_for_status()
+        edited[runner_id] = time.time()
+    deadline = time.time() + 2 * args.resync + 60
+    corrected: dict[str, float] = {}
+    while len(corrected) < len(edited) and time.time() < deadline:
+        time.sleep(2.0)
+        for e in requests(url):
+            runner_id = e["path"].rsplit("/", 1)[-1].split(":", 1)[0]
+            if e["method"] == "PATCH" and runner_id in edited and runner_id not in corrected:
+                corrected[runner_id] = e["at"] - edited[runner_id]
+    latencies = sorted(corrected.values())
+    return {
+        "drift_edited": len(edited),
+        "drift_corrected": len(corrected),
+        "drift_correction_seconds_p50": round(statistics.median(latencies), 1) if latencies else None,
+        "drift_correction_seconds_max": round(latencies[-1], 1) if latencies else None,
+    }
 
 
 def decommission(

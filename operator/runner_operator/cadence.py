@@ -1,6 +1,6 @@
 """When to look at a ManagedRunner again, and why: the one place for that policy (pure, no I/O).
 
-Decided from the status alone, so kopf's timer filters (which see only the stored object) and
+Decided from the status alone, so the scheduler's feed (which sees only the stored object) and
 the pass that just wrote that status always agree:
 - fast: something is in flight (a create, an install, a rollout, a decommission);
 - medium: degraded or retrying after an error, or stalled on something a person fixes outside
@@ -56,7 +56,7 @@ class Verdict:
 
 
 def of_status(status: Mapping[str, Any]) -> Verdict:
-    """The cadence a status calls for (kopf timer filters call this on every event)."""
+    """The cadence a status calls for (the scheduler's feed calls this on every watch event)."""
     conds = {str(c.get("type")): c for c in status.get("conditions") or () if isinstance(c, Mapping)}
     ready, synced, stalled = conds.get("Ready", {}), conds.get("Synced", {}), conds.get("Stalled", {})
     if stalled.get("status") == "True":

@@ -350,7 +350,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     logging.getLogger().setLevel(level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("kopf.objects").addFilter(_QuietTimers())
+    logging.getLogger("kopf.objects").addFilter(_QuietFeed())
 
     registry = metrics.Registry(version=version())
     _serve_metrics(registry, config.metrics_port)
@@ -423,12 +423,11 @@ def _stop_acting(why: str) -> None:
     os._exit(LEADERSHIP_LOST)
 
 
-class _QuietTimers(logging.Filter):
-    """Drop kopf's per-tick 'Timer ... succeeded.' lines: thousands of runners would drown the log."""
+class _QuietFeed(logging.Filter):
+    """Drop kopf's "Handler 'seen' succeeded." line, logged for every watch event of every object."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not (message.startswith("Timer ") and message.endswith(" succeeded."))
+        return record.getMessage() != "Handler 'seen' succeeded."
 
 
 if __name__ == "__main__":

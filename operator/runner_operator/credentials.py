@@ -176,6 +176,8 @@ class TokenRegistry:
     scope: DefaultCredentialScope = field(default_factory=DefaultCredentialScope)
     """the namespaces that may use the settings' default credential (none unless configured)."""
     namespace_labels: NamespaceLabels | None = None
+    on_change: Callable[[frozenset[str]], None] | None = None
+    """Given to every token's cache: runners whose list entry changed (see `RunnerCache.on_change`)."""
     _clients: dict[str, CloudClient] = field(default_factory=dict)
     _caches: dict[str, RunnerCache] = field(default_factory=dict)
     _slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
@@ -350,7 +352,7 @@ class TokenRegistry:
         self._used[key] = self.clock()
         found = self._caches.get(key)
         if found is None:
-            found = self._caches[key] = RunnerCache(self.client(token))
+            found = self._caches[key] = RunnerCache(self.client(token), on_change=self.on_change)
         return found
 
     def slots(self, token: SecretStr) -> asyncio.Semaphore:

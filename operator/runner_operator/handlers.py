@@ -14,8 +14,8 @@ import datetime
 import logging
 import random
 import socket
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast
 
 import aiohttp
 import kopf
@@ -31,7 +31,9 @@ from runner_operator.credentials import (
 )
 from runner_operator.quiet import QuietPasses
 from runner_operator.reconciling import CredentialsProblem, Outcome
+from runner_operator.scheduling import CREATE, STEADY, Bodies, Scheduler
 from runner_operator.tenancy import DefaultCredentialScope
+from runner_operator.workqueue import WorkQueue
 
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
 FINALIZER = resource.FINALIZER
@@ -42,15 +44,18 @@ INTERVALS = cadence.Intervals(fast=CONFIG.fast_interval, resync=CONFIG.resync_in
 
 log = logging.getLogger(__name__)
 
+STEADY_PASSES = 128
+"""Passes per credential running at once outside creation: they mostly read the shared list, so this
+only bounds memory when thousands fall due together (a restart after an outage)."""
+
 EVENT_SOURCE = "managed-runner-operator"
 
 KUBE_RETRY_BACKOFFS = (1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 60, 60, 60, 60, 60)
 """Seconds between kopf's retries of a failed Kubernetes request (about 7 minutes in all).
 
-When the status patch after a timer's pass fails past its last retry, kopf stops that object's
-timer for the life of the process (its daemon runner marks it stopped for good): the object would
-be looked at again only on a watch event. kopf's default retries for under a minute, shorter than
-an ordinary control-plane upgrade; these cover one."""
+kopf writes the status after the spec-change and finalizer handlers, and posts Events, with these
+retries. Its default retries for under a minute, shorter than an ordinary control-plane upgrade;
+these cover one."""
 
 
 @kopf.on.startup()
@@ -87,6 +92,34 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.locks = {}
     memo.bound = {}  # uid -> runner ID this process bound (bridges the gap until the status write shows)
     memo.quiet = QuietPasses()
+    bodies = memo.bodies = Bodies(clock=asyncio.get_running_loop().time)
+    # kopf hands each object a shallow copy of this memo: what handlers share must be set here, as
+    # objects they mutate (kopf's live indexes are only passed to handlers, so `seen` stores them).
+    memo.indexes = {}
+
+    def slot(uid: str) -> tuple[str, str]:
+        return (STEADY, "") if uid in memo.bound else bodies.slot(uid)
+
+    async def run(uid: str) -> float | None:
+        return await _scheduled_pass(memo, uid)
+
+    memo.scheduler = scheduler = Scheduler(
+        WorkQueue(limits={CREATE: CONFIG.passes_per_credential, STEADY: STEADY_PASSES}),
+        run=run,
+        slot=slot,
+        clock=asyncio.get_running_loop().time,
+    )
+
+    def changed_in_list(runner_ids: frozenset[str]) -> None:
+        # Drift (or any change) seen by the shared list is looked at now, not at the next resync.
+        woken = bodies.holding(runner_ids)
+        for uid in woken:
+            scheduler.add(uid, 0.0)
+        registry.list_wakes.inc(len(woken))
+
+    credentials.on_change = changed_in_list
+    registry.work_queue_depth.set_function(lambda: len(scheduler.queue))
+    registry.passes_running.set_function(lambda: scheduler.running)
     await wait_until_served(_served_by_discovery, within=CONFIG.startup_timeout)
 
 
@@ -162,6 +195,9 @@ async def login(memo: kopf.Memo, **kwargs: Any) -> kopf.AiohttpSession | None:
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
+    scheduler: Scheduler | None = memo.get("scheduler")
+    if scheduler is not None:
+        await scheduler.stop()
     credentials: TokenRegistry | None = memo.get("credentials")
     if credentials is not None:
         await credentials.aclose()
@@ -200,7 +236,7 @@ async def credential_users(
 
 
 def drop_managed_fields(body: kopf.Body) -> bool:
-    """Forget `metadata.managedFields` in the body kopf keeps in memory for each object's timers.
+    """Forget `metadata.managedFields` in the bodies kopf hands to the handlers.
 
     They are over half of the parsed JSON objects of a ManagedRunner, and nothing here reads them:
     kopf patches with merge patches, not server-side apply. kopf's Body is a read-only view, so
@@ -225,11 +261,11 @@ async def spec_changed(
     credential_users: kopf.Index[str, Any] | None = None,
     **_: Any,
 ) -> None:
-    """React to a changed spec at once; timers take over the waiting.
+    """React to a changed spec at once; the scheduler takes over the waiting.
 
-    A new object needs no create handler: its "poll" timer starts as soon as kopf sees it and
-    ticks at once. Creating from the timer alone means a creation backlog of thousands waits as
-    one timer invocation per object, not also a kopf worker and handler invocation each.
+    A new object needs no create handler: `seen` makes its first pass due at once. Creating from
+    the scheduler alone means a creation backlog of thousands waits as compact queue entries, taking
+    turns per credential, not as a kopf worker and handler invocation each.
     """
     # A spec change reads its Secrets now: whoever edits the spec may just have rotated a token.
     outcome = await _pass(
@@ -241,15 +277,8 @@ async def spec_changed(
         raise kopf.PermanentError(_message(outcome))
     after = cadence.after_pass(outcome.status.to_patch(), INTERVALS, retry_after=outcome.retry_after)
     if after.cadence == cadence.Cadence.MEDIUM:
-        # The medium timer would take over too, but only once the status write is seen.
+        # The scheduler would take over too, but only once the status write is seen.
         raise kopf.TemporaryError(_message(outcome), delay=after.delay)
-
-
-def _cadence_is(wanted: cadence.Cadence) -> Callable[..., bool]:
-    def when(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
-        return meta.get("deletionTimestamp") is None and cadence.of_status(status).cadence == wanted
-
-    return when
 
 
 def _freshness(body: kopf.Body) -> float:
@@ -257,52 +286,115 @@ def _freshness(body: kopf.Body) -> float:
     return INTERVALS.freshness(cadence.of_status(body.get("status") or {}).cadence)
 
 
-def _jitter(**_: Any) -> float:
+def _first_look(status: Mapping[str, Any]) -> float:
+    """Seconds from first sight (a start, a new object) to the first pass: at once while in flight,
+    after one fast interval when retrying, anywhere in one resync when steady (so a restart with
+    thousands of Ready runners spreads their passes instead of running them all at once)."""
+    verdict = cadence.of_status(status).cadence
+    if verdict == cadence.Cadence.FAST:
+        return 0.0
+    if verdict == cadence.Cadence.MEDIUM:
+        return INTERVALS.fast
     return random.uniform(0, CONFIG.resync_interval)
 
 
-@kopf.timer(
-    GROUP, VERSION, PLURAL, id="poll", interval=INTERVALS.fast, when=_cadence_is(cadence.Cadence.FAST)
-)
-@kopf.timer(
-    GROUP,
-    VERSION,
-    PLURAL,
-    id="retry",
-    interval=INTERVALS.medium,
-    initial_delay=INTERVALS.fast,
-    when=_cadence_is(cadence.Cadence.MEDIUM),
-)
-@kopf.timer(
-    GROUP,
-    VERSION,
-    PLURAL,
-    id="resync",
-    interval=INTERVALS.resync,
-    initial_delay=_jitter,
-    when=_cadence_is(cadence.Cadence.SLOW),
-)
-async def look_again(
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def seen(
+    type: str | None,
     body: kopf.Body,
-    patch: kopf.Patch,
     memo: kopf.Memo,
     runner_claims: kopf.Index[str, Any] | None = None,
     credential_users: kopf.Index[str, Any] | None = None,
     **_: Any,
 ) -> None:
-    """The level-triggered pass (it creates, updates and deletes like any other): fast while in flight,
-    slower when degraded, slow and jittered when steady.
+    """Feed the scheduler: keep the latest body and make sure a pass is due at this object's cadence.
 
-    Never raises PermanentError: that would stop this timer for good. A tick that finds a pass
-    for this object already running or waiting for its turn skips: that pass observes anyway, and
-    thousands of ticks queued behind creates would each hold a coroutine stack for minutes.
+    A new object needs no create handler: it is due at once. A status that calls for a faster
+    cadence (a spec change now rolling out) brings its next pass forward; nothing ever delays one.
+    A deleting object belongs to the finalizer's handler. The scheduler starts here, not at
+    start-up, so its tasks run in kopf's per-object context, where Events can be posted.
     """
-    lock = memo.locks.get(str(body.get("metadata", {}).get("uid")))
-    if lock is not None and lock.locked():
+    memo.indexes.update(claims=runner_claims, users=credential_users)
+    scheduler: Scheduler = memo.scheduler
+    scheduler.start()
+    uid = str(body.get("metadata", {}).get("uid"))
+    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+        memo.bodies.forget(uid)
+        scheduler.forget(uid)
         return
-    outcome = await _pass(body, patch, memo, runner_claims, credential_users, _freshness(body))
-    if outcome is not None and outcome.retry_after:
-        raise kopf.TemporaryError(_message(outcome), delay=outcome.retry_after)
+    status = body.get("status") or {}
+    if memo.bodies.put(uid, body):
+        scheduler.add(uid, _first_look(status))
+        return
+    delay = INTERVALS.of(cadence.of_status(status).cadence)
+    if delay is not None:
+        scheduler.add(uid, delay)
+
+
+async def _scheduled_pass(memo: kopf.Memo, uid: str) -> float | None:
+    """The level-triggered pass (it creates, updates and deletes like any other); returns when to look
+    again: fast while in flight, slower when degraded, slow when steady, or as the API asked."""
+    raw = memo.bodies.get(uid)
+    if raw is None:
+        return None  # gone, or deleting: the finalizer's handler has it
+    body, patch = kopf.Body(raw), kopf.Patch()
+    claims, users = memo.indexes.get("claims"), memo.indexes.get("users")
+    outcome = await _pass(
+        body,
+        patch,
+        memo,
+        claims,
+        users,
+        _freshness(body),
+        commit=lambda p: _write_status(memo, body, p),
+        latest=lambda: memo.bodies.get(uid),
+    )
+    if outcome is None:
+        return INTERVALS.resync
+    after = cadence.after_pass(
+        outcome.status.to_patch(), INTERVALS, released=outcome.release, retry_after=outcome.retry_after
+    )
+    return after.delay
+
+
+STATUS_WRITE_BACKOFFS = (1, 2, 4, 8, 15, 30)
+"""Seconds between attempts at one status write (about a minute): a pass's outcome (a runner just
+created, a recreation counted) outlives an API server restart; after that the pass fails and the
+scheduler's backoff takes over, and the next pass recomputes from the cloud."""
+
+
+async def _write_status(memo: kopf.Memo, body: kopf.Body, patch: kopf.Patch) -> None:
+    """Merge-patch the status subresource, as kopf does after a handler, and keep the response."""
+    from kubernetes import client
+
+    meta = body.get("metadata", {})
+    api = client.CustomObjectsApi()
+    for pause in (*STATUS_WRITE_BACKOFFS, None):
+        try:
+            written = await asyncio.to_thread(
+                api.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                meta.get("namespace"),
+                PLURAL,
+                meta.get("name"),
+                {"status": dict(patch.status)},
+                _content_type="application/merge-patch+json",
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return  # deleted meanwhile: nothing left to report on
+            if pause is None or exc.status in (400, 403, 422):
+                raise
+            log.warning("status write failed (HTTP %s); retrying in %ss", exc.status, pause)
+        except OSError as exc:
+            if pause is None:
+                raise
+            log.warning("status write failed (%s); retrying in %ss", type(exc).__name__, pause)
+        else:
+            memo.bodies.wrote(str(meta.get("uid")), written)
+            return
+        await asyncio.sleep(pause)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
@@ -355,12 +447,25 @@ async def _pass(
     max_age: float = 0.0,
     *,
     fresh: bool = False,
+    commit: Callable[[kopf.Patch], Awaitable[None]] | None = None,
+    latest: Callable[[], dict[str, Any] | None] | None = None,
 ) -> Outcome | None:
-    """One serialised reconcile pass for this object; the outcome is applied to `patch` and Events."""
+    """One serialised reconcile pass for this object; the outcome is applied to `patch` and Events.
+
+    `commit` writes the patch before the lock is released (kopf writes it after a handler returns),
+    so the next pass for this object never starts before the last one's status is stored. `latest`
+    re-reads the body once the lock is held: a pass that waited for another must not act on the
+    spec and status from before it (kopf's handlers get a body kopf keeps up to date itself).
+    """
     uid = str(body.get("metadata", {}).get("uid"))
     locks: dict[str, asyncio.Lock] = memo.locks
     lock = locks.setdefault(uid, asyncio.Lock())
     async with lock:
+        if latest is not None:
+            raw = latest()
+            if raw is None:
+                return None  # gone, or deleting: the finalizer's handler has it
+            body = kopf.Body(cast(Any, raw))
         try:
             res = resource.ManagedRunnerResource.from_body(body)
         except ValueError as exc:
@@ -369,6 +474,8 @@ async def _pass(
             found = resource.ManagedRunnerResource.identity_only(body)
             if found is None or not found.deleting:
                 _apply(body, patch, reconciling.unreadable(body, datetime.datetime.now(datetime.UTC), exc))
+                if commit is not None and patch:
+                    await commit(patch)
                 return None
             res = found
         ctx = reconciling.Context(
@@ -393,7 +500,9 @@ async def _pass(
                 fresh=fresh,
             )
         await _release_secrets(credentials, res, outcome, users or {})
-    _apply(body, patch, outcome)
+        _apply(body, patch, outcome)
+        if commit is not None and patch:
+            await commit(patch)
     _record(memo.metrics, uid, outcome)
     if outcome.status.is_set("runner_id"):
         if outcome.status.runner_id:
@@ -566,7 +675,7 @@ def _apply(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
     """Patch the status only when something in it differs; then patch all of it.
 
     An unchanged status is no API call, no new resourceVersion, no watch event for every watcher.
-    All-or-nothing rather than only the changed keys: a timer may run on a body older than our
+    All-or-nothing rather than only the changed keys: a pass may run on a body older than our
     last write, and a full write heals whatever that stale comparison missed.
     """
     current = body.get("status") or {}

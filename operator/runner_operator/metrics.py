@@ -71,6 +71,21 @@ class Registry:
             ("type", "reason"),
             registry=self.registry,
         )
+        self.list_wakes = Counter(
+            PREFIX + "list_wakes",
+            "Passes brought forward because the shared list showed their runner changed (drift included).",
+            registry=self.registry,
+        )
+        self.work_queue_depth = Gauge(
+            PREFIX + "work_queue_depth",
+            "ManagedRunners with a pass queued or running in the scheduler.",
+            registry=self.registry,
+        )
+        self.passes_running = Gauge(
+            PREFIX + "passes_running",
+            "Scheduled passes running now (waiting for a create turn or the request budget included).",
+            registry=self.registry,
+        )
         self.leader = Gauge(
             PREFIX + "leader",
             "1 while this process reconciles (holds the Lease, or leader election is off); 0 on standby.",
@@ -186,6 +201,9 @@ METRIC_NAMES = tuple(
         "api_requests_total",
         "api_request_duration_seconds",
         "events_total",
+        "list_wakes_total",
+        "work_queue_depth",
+        "passes_running",
         "leader",
         "build_info",
         "runners",

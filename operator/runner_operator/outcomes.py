@@ -58,7 +58,7 @@ class Outcome:
 
     @property
     def cadence(self) -> Cadence:
-        """When to look again; derived from the status so kopf timer filters agree with it."""
+        """When to look again; derived from the status so the scheduler's feed agrees with it."""
         if self.release:
             return Cadence.NONE
         if self.unchanged:

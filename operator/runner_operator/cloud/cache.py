@@ -62,6 +62,9 @@ class RunnerCache:
     _written: dict[str, float] = field(default_factory=dict)
     _results: dict[str, tuple[float, CloudRunner]] = field(default_factory=dict)
     _refresh: asyncio.Task[None] | None = None
+    on_change: Callable[[frozenset[str]], None] | None = None
+    """Told, after each complete list, which runners changed since the list before (heartbeat aside)
+    or vanished from it: the operator looks at those at once instead of at their next resync."""
 
     async def find(
         self, runner_id: str, max_age: float, *, trust_absence: bool = False
@@ -156,6 +159,7 @@ class RunnerCache:
         sent: list[float] = []
         started: float | None = None
         listed: set[str] = set()
+        changed: set[str] = set()
         self.stats.lists += 1
         entries = self.client.iter_entries(page_size=PAGE_SIZE, on_send=lambda: sent.append(self.clock()))
         async for identity, entry in entries:
@@ -164,8 +168,12 @@ class RunnerCache:
             if identity.runner_id:
                 # In place: a replaced entry is fresher than `_taken`, which stays true for the rest.
                 heartbeat = entry.pop(HEARTBEAT, None)
+                packed = _pack(entry)
+                before = self._snapshot.get(identity.runner_id)
+                if before is not None and before.packed != packed:
+                    changed.add(identity.runner_id)
                 self._snapshot[identity.runner_id] = _Entry(
-                    identity.cluster_id, _pack(entry), heartbeat if isinstance(heartbeat, str) else None
+                    identity.cluster_id, packed, heartbeat if isinstance(heartbeat, str) else None
                 )
                 listed.add(identity.runner_id)
         if started is None:  # nothing listed: the earliest send is the safe bound
@@ -173,10 +181,13 @@ class RunnerCache:
         self.stats.pages += max(1, -(-len(listed) // PAGE_SIZE))
         for gone in self._snapshot.keys() - listed:
             del self._snapshot[gone]
+            changed.add(gone)
         self._taken = started
         # Writes older than the snapshot's start are reflected in it; forget them.
         self._written = {k: t for k, t in self._written.items() if t >= started}
         self._results = {k: r for k, r in self._results.items() if k in self._written}
+        if changed and self.on_change is not None:
+            self.on_change(frozenset(changed))
 
 
 def _unpack(found: _Entry) -> bytes:

@@ -354,3 +354,39 @@ async def test_a_heartbeat_alone_keeps_the_entry_and_is_still_read(
     assert first is not None
     assert second == first, "nothing but the heartbeat moved: the same entry"
     assert server.simulator.get(runner_id)["lastHeartbeatTime"] is not None
+
+
+# --- changes seen by the list -------------------------------------------------------------------
+
+
+async def test_a_complete_list_reports_runners_that_changed_or_vanished(
+    pages: Pages, paged: CloudClient
+) -> None:
+    """Drift at list cadence: what changed since the last list (heartbeat aside) is named, nothing else."""
+    clock = FakeClock(100.0)
+    told: list[frozenset[str]] = []
+    cache = RunnerCache(paged, clock=clock, on_change=told.append)
+    await cache.find("r-0", max_age=5)
+    assert told == [], "the first list has nothing to compare with"
+    pages.api.runners["r-1"]["displayName"] = "edited in the console"
+    pages.api.runners["r-2"]["lastHeartbeatTime"] = "2026-12-05T00:00:09Z"
+    del pages.api.runners["r-3"]
+    clock.now += 10
+    await cache.find("r-0", max_age=5)
+    assert told == [frozenset({"r-1", "r-3"})]
+    clock.now += 10
+    await cache.find("r-0", max_age=5)
+    assert len(told) == 1, "an unchanged list names nothing"
+
+
+async def test_a_list_that_breaks_off_reports_nothing(pages: Pages, paged: CloudClient) -> None:
+    clock = FakeClock(100.0)
+    told: list[frozenset[str]] = []
+    cache = RunnerCache(paged, clock=clock, on_change=told.append)
+    await cache.find("r-0", max_age=5)
+    pages.api.runners["r-0"]["displayName"] = "v2"
+    pages.break_after_first_page = True
+    clock.now += 10
+    with pytest.raises(errors.InvalidArgument):
+        await cache.find("r-0", max_age=5)
+    assert told == [], "only a complete list is compared"

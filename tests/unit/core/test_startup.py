@@ -43,7 +43,7 @@ def test_returns_at_once_when_served() -> None:
 
 
 def test_kubernetes_requests_are_retried_through_a_control_plane_upgrade() -> None:
-    """A timer whose status patch fails past kopf's last retry is stopped for good (kopf's daemon runner)."""
+    """kopf's own writes (after spec changes and deletions, and Events) outlast a control-plane upgrade."""
     total = sum(handlers.KUBE_RETRY_BACKOFFS)
     assert total >= 5 * 60, f"retries span {total}s: shorter than a control-plane upgrade"
     assert max(handlers.KUBE_RETRY_BACKOFFS) <= 60, "no single wait longer than a minute"

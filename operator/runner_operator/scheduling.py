@@ -1,0 +1,199 @@
+"""One scheduler of due passes for every ManagedRunner, in place of a kopf timer per object.
+
+kopf's timers cost a task and a full parsed body per object for the life of the process, cannot be
+woken early, and stop for good when the status patch after a pass fails past kopf's retries. Here
+the watch feeds `Bodies` (the latest object, compressed) and a `workqueue.WorkQueue` (when to look
+again); `Scheduler.serve` starts a task per due pass and requeues it from what the pass returns, or
+after a backoff when it raises. A failing write delays that object's next look; it never ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner_operator.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+CREATE, STEADY = "create", "steady"
+"""Lanes: passes that may create a runner take turns per credential; the rest never wait on them."""
+
+WRITTEN_TRUST = 60.0
+"""Seconds our own status write is preferred over older watched bodies (the watch catches up in less)."""
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What the scheduler knows of one object between passes: its body, compressed, and its lane."""
+
+    packed: bytes
+    resource_version: str
+    lane: str
+    group: str
+    runner_id: str | None
+    """the runner the status says this object holds: a change to it in the shared list wakes it."""
+
+
+def _pack(body: Mapping[str, Any]) -> bytes:
+    raw = {k: v for k, v in body.items()}
+    meta = dict(raw.get("metadata") or {})
+    meta.pop("managedFields", None)
+    raw["metadata"] = meta
+    return zlib.compress(json.dumps(raw, separators=(",", ":")).encode(), 1)
+
+
+def _older(version: str, than: str) -> bool:
+    """Whether a watched resourceVersion precedes ours; unknown when either is not a number."""
+    try:
+        return int(version) < int(than)
+    except ValueError:
+        return False
+
+
+@dataclass
+class Bodies:
+    """The latest body of each object, compressed: a few KB each instead of kopf's parsed copy.
+
+    A pass reads the body it is given; after our own status write the watch may still deliver older
+    bodies for a moment, so the write's response is preferred until the watch shows a body at least
+    as new (or for WRITTEN_TRUST seconds when versions cannot be compared).
+    """
+
+    clock: Callable[[], float] = time.monotonic
+    _kept: dict[str, Kept] = field(default_factory=dict)
+    _written: dict[str, tuple[Kept, float]] = field(default_factory=dict)
+
+    def put(self, uid: str, body: Mapping[str, Any]) -> bool:
+        """Keep what the watch delivered; True when the object is new here."""
+        kept = _keep(body)
+        written = self._written.get(uid)
+        if written is not None and (
+            not _older(kept.resource_version, written[0].resource_version) or self.clock() > written[1]
+        ):
+            del self._written[uid]
+        new = uid not in self._kept
+        self._kept[uid] = kept
+        return new
+
+    def wrote(self, uid: str, body: Mapping[str, Any]) -> None:
+        """Our status write returned this body: passes use it until the watch catches up."""
+        if uid in self._kept:
+            self._written[uid] = (_keep(body), self.clock() + WRITTEN_TRUST)
+
+    def get(self, uid: str) -> dict[str, Any] | None:
+        kept = self._latest(uid)
+        return None if kept is None else dict(json.loads(zlib.decompress(kept.packed)))
+
+    def slot(self, uid: str) -> tuple[str, str]:
+        """(lane, group) of an object: CREATE until the status names a runner, per credential."""
+        kept = self._latest(uid)
+        return (STEADY, "") if kept is None else (kept.lane, kept.group)
+
+    def _latest(self, uid: str) -> Kept | None:
+        written = self._written.get(uid)
+        return written[0] if written is not None and self.clock() <= written[1] else self._kept.get(uid)
+
+    def holding(self, runner_ids: frozenset[str]) -> list[str]:
+        """The objects whose status names one of these runners."""
+        return [
+            uid for uid in self._kept if (k := self._latest(uid)) is not None and k.runner_id in runner_ids
+        ]
+
+    def forget(self, uid: str) -> None:
+        self._kept.pop(uid, None)
+        self._written.pop(uid, None)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._kept
+
+
+def _keep(body: Mapping[str, Any]) -> Kept:
+    meta = body.get("metadata") or {}
+    spec, status = body.get("spec") or {}, body.get("status") or {}
+    ref = (spec.get("credentials") or {}).get("secretRef") or {}
+    secret = ref.get("name") if isinstance(ref, Mapping) else None
+    return Kept(
+        packed=_pack(body),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        lane=STEADY if status.get("runnerId") else CREATE,
+        runner_id=status.get("runnerId") or None,
+        group=f"{meta.get('namespace')}/{secret}" if secret else "default",
+    )
+
+
+@dataclass
+class Scheduler:
+    """Runs due passes: `run(key)` returns seconds to the next look (None: only when woken)."""
+
+    queue: WorkQueue
+    run: Callable[[str], Awaitable[float | None]]
+    slot: Callable[[str], tuple[str, str]]
+    clock: Callable[[], float] = time.monotonic
+    rng: Callable[[], float] = random.random
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _serving: asyncio.Task[None] | None = None
+
+    def add(self, key: str, delay: float) -> None:
+        """Look at `key` within `delay` seconds (sooner if it is already due sooner)."""
+        lane, group = self.slot(key)
+        self.queue.add(key, self.clock() + delay, lane=lane, group=group)
+        self._wake.set()
+
+    def forget(self, key: str) -> None:
+        self.queue.forget(key)
+
+    def start(self) -> None:
+        """Serve in a task of the caller's context (kopf's handler context carries its Event poster)."""
+        if self._serving is None:
+            self._serving = asyncio.create_task(self.serve(), name="runner-operator scheduler")
+
+    async def serve(self) -> None:
+        while True:
+            self._wake.clear()
+            for key in self.queue.take(self.clock()):
+                task = asyncio.create_task(self._one(key), name=f"pass {key}")
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            due = self.queue.next_due()
+            timeout = None if due is None else max(0.0, due - self.clock())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _one(self, key: str) -> None:
+        try:
+            after = await self.run(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            lane, group = self.slot(key)
+            delay = self.queue.failed(key, self.clock(), self.rng(), lane=lane, group=group)
+            log.exception("pass for %s failed; looking again in %.1fs", key, delay)
+        else:
+            lane, group = self.slot(key)
+            self.queue.done(key, self.clock(), after, lane=lane, group=group)
+        finally:
+            self._wake.set()
+
+    @property
+    def running(self) -> int:
+        return len(self._tasks)
+
+    async def stop(self) -> None:
+        tasks = [*self._tasks, *([self._serving] if self._serving else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._serving = None
