@@ -1,9 +1,11 @@
-"""The kopf layer: registers handlers, applies `reconciling.Outcome`s, translates them to kopf's retries.
+"""The kopf layer: the watch feeds the scheduler of passes, a spec change runs one at once, and
+`reconciling.Outcome`s become status writes, Events and the finalizer's removal.
 
-Only this module (and the CLI) imports kopf. Storage choices keep kopf's bookkeeping out of
-metadata: progress and diff-base live under `status.kopf`, so long waits never touch the
-object's metadata or spec (Argo CD refreshes on metadata changes). Events are posted
-explicitly with stable reasons; kopf's own log lines are not turned into Events.
+Only this module (and the CLI) imports kopf. kopf watches, indexes, runs the spec-change handler and
+posts Events; the operator's own scheduler runs every other pass and owns FINALIZER. kopf's
+bookkeeping stays out of metadata: its diff-base lives under `status.kopf`, so nothing here touches
+the object's metadata or spec except the finalizer (Argo CD refreshes on metadata changes).
+Events are posted explicitly with stable reasons; kopf's own log lines are not turned into Events.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ from runner_operator.workqueue import WorkQueue
 
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
 FINALIZER = resource.FINALIZER
+KOPF_FINALIZER = f"{GROUP}/kopf-unused"
+"""kopf's own finalizer name. kopf adds its finalizer only for deletion handlers, and removes it from
+objects when no handler needs it: given FINALIZER, it would take ours off. The operator owns
+FINALIZER itself (see `_scheduled_pass`); kopf, having no deletion handler, never adds this one."""
 
 # kopf reads decorator arguments at import time, so the cadence comes from the environment now.
 CONFIG = settings.load()
@@ -60,7 +66,7 @@ these cover one."""
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.persistence.finalizer = FINALIZER
+    settings.persistence.finalizer = KOPF_FINALIZER
     settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
     settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field="status.kopf.lastHandled")
     settings.posting.loggers = False
@@ -311,20 +317,27 @@ async def seen(
 
     A new object needs no create handler: it is due at once. A status that calls for a faster
     cadence (a spec change now rolling out) brings its next pass forward; nothing ever delays one.
-    A deleting object belongs to the finalizer's handler. The scheduler starts here, not at
-    start-up, so its tasks run in kopf's per-object context, where Events can be posted.
+    A deletion is due at once when first seen, then at the fast cadence; an object deleting without
+    FINALIZER holds nothing of ours. The scheduler starts here, not at start-up, so its tasks run in
+    kopf's per-object context, where Events can be posted.
     """
     memo.indexes.update(claims=runner_claims, users=credential_users)
     scheduler: Scheduler = memo.scheduler
     scheduler.start()
-    uid = str(body.get("metadata", {}).get("uid"))
-    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+    meta = body.get("metadata", {})
+    uid = str(meta.get("uid"))
+    deleting = bool(meta.get("deletionTimestamp"))
+    if type == "DELETED" or (deleting and FINALIZER not in (meta.get("finalizers") or ())):
         memo.bodies.forget(uid)
         scheduler.forget(uid)
         return
     status = body.get("status") or {}
+    was_deleting = memo.bodies.deleting(uid)
     if memo.bodies.put(uid, body):
-        scheduler.add(uid, _first_look(status))
+        scheduler.add(uid, 0.0 if deleting else _first_look(status))
+        return
+    if deleting:
+        scheduler.add(uid, INTERVALS.fast if was_deleting else 0.0)
         return
     delay = INTERVALS.of(cadence.of_status(status).cadence)
     if delay is not None:
@@ -333,11 +346,23 @@ async def seen(
 
 async def _scheduled_pass(memo: kopf.Memo, uid: str) -> float | None:
     """The level-triggered pass (it creates, updates and deletes like any other); returns when to look
-    again: fast while in flight, slower when degraded, slow when steady, or as the API asked."""
+    again: fast while in flight, slower when degraded, slow when steady, or as the API asked.
+
+    The operator owns FINALIZER (kopf is given another name and no deletion handler): it is added
+    before the first pass that could send anything and removed only by a pass that released the
+    runner (the API confirmed it gone, or Orphan, or nothing was ever sent). Past the deletion
+    deadline the pass keeps retrying, slower, with Stalled=True; a decommission that is only waiting
+    writes nothing (no per-retry progress in status, unlike kopf's handler retries).
+    """
     raw = memo.bodies.get(uid)
     if raw is None:
-        return None  # gone, or deleting: the finalizer's handler has it
-    body, patch = kopf.Body(raw), kopf.Patch()
+        return None  # gone
+    meta = raw.get("metadata", {})
+    deleting = bool(meta.get("deletionTimestamp"))
+    if not deleting and FINALIZER not in (meta.get("finalizers") or ()):
+        await _add_finalizer(memo, raw)
+        raw = memo.bodies.get(uid) or raw
+    body, patch = kopf.Body(cast(Any, raw)), kopf.Patch()
     claims, users = memo.indexes.get("claims"), memo.indexes.get("users")
     outcome = await _pass(
         body,
@@ -346,96 +371,158 @@ async def _scheduled_pass(memo: kopf.Memo, uid: str) -> float | None:
         claims,
         users,
         _freshness(body),
-        commit=lambda p: _write_status(memo, body, p),
+        commit=lambda p, o: _commit(memo, uid, body, p, o),
         latest=lambda: memo.bodies.get(uid),
     )
     if outcome is None:
         return INTERVALS.resync
     after = cadence.after_pass(
-        outcome.status.to_patch(), INTERVALS, released=outcome.release, retry_after=outcome.retry_after
+        outcome.status.to_patch(),
+        INTERVALS,
+        released=outcome.release,
+        retry_after=outcome.retry_after,
+        deleting=deleting,
     )
     return after.delay
 
 
+async def _commit(
+    memo: kopf.Memo, uid: str, body: kopf.Body, patch: kopf.Patch, outcome: Outcome | None
+) -> None:
+    """Store a pass's outcome: its status, or, once the runner is released, the finalizer's removal
+    (the object is about to go: a last status write would only be one more write)."""
+    if outcome is not None and outcome.release:
+        await _remove_finalizer(memo, memo.bodies.get(uid) or body)
+    elif patch:
+        await _write_status(memo, body, patch)
+
+
 STATUS_WRITE_BACKOFFS = (1, 2, 4, 8, 15, 30)
-"""Seconds between attempts at one status write (about a minute): a pass's outcome (a runner just
-created, a recreation counted) outlives an API server restart; after that the pass fails and the
-scheduler's backoff takes over, and the next pass recomputes from the cloud."""
+"""Seconds between attempts at one write (about a minute): a pass's outcome (a runner just created,
+a recreation counted) outlives an API server restart; after that the pass fails and the scheduler's
+backoff takes over, and the next pass recomputes from the cloud."""
 
 
-async def _write_status(memo: kopf.Memo, body: kopf.Body, patch: kopf.Patch) -> None:
-    """Merge-patch the status subresource, as kopf does after a handler, and keep the response."""
+async def _kube_write(memo: kopf.Memo, body: Mapping[str, Any], what: str, call: Callable[[], Any]) -> None:
+    """Send one write to the Kubernetes API, retried through transient failures; keep the response.
+
+    A conflict (409) or a failed JSON-patch test (422) is not retried: the body it was based on is
+    stale, and the scheduler's next pass starts from the newer one. A 404 means the object is gone.
+    """
+    import urllib3
     from kubernetes import client
 
     meta = body.get("metadata", {})
-    api = client.CustomObjectsApi()
     for pause in (*STATUS_WRITE_BACKOFFS, None):
         try:
-            written = await asyncio.to_thread(
-                api.patch_namespaced_custom_object_status,
-                GROUP,
-                VERSION,
-                meta.get("namespace"),
-                PLURAL,
-                meta.get("name"),
-                {"status": dict(patch.status)},
-                _content_type="application/merge-patch+json",
-            )
+            written = await asyncio.to_thread(call)
         except client.ApiException as exc:
             if exc.status == 404:
-                return  # deleted meanwhile: nothing left to report on
-            if pause is None or exc.status in (400, 403, 422):
+                return
+            if pause is None or exc.status in (400, 403, 409, 422):
                 raise
-            log.warning("status write failed (HTTP %s); retrying in %ss", exc.status, pause)
-        except OSError as exc:
+            problem = f"HTTP {exc.status}"
+        except (OSError, urllib3.exceptions.HTTPError) as exc:
             if pause is None:
                 raise
-            log.warning("status write failed (%s); retrying in %ss", type(exc).__name__, pause)
+            problem = type(exc).__name__
         else:
             memo.bodies.wrote(str(meta.get("uid")), written)
             return
+        log.warning(
+            "%s of %s/%s failed (%s); retrying in %ss",
+            what,
+            meta.get("namespace"),
+            meta.get("name"),
+            problem,
+            pause,
+        )
         await asyncio.sleep(pause)
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL)
-async def finalize(
-    body: kopf.Body,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    runner_claims: kopf.Index[str, Any] | None = None,
-    credential_users: kopf.Index[str, Any] | None = None,
-    **_: Any,
-) -> None:
-    """Keep the finalizer until the API confirms the runner is gone (or it is orphaned).
+def _objects() -> Any:
+    from kubernetes import client
 
-    Only TemporaryError leaves here: a permanent failure would make kopf drop the finalizer and
-    leak the runner. Past the deadline it keeps retrying, slower, with Stalled=True.
+    return client.CustomObjectsApi()
 
-    While a decommission is in flight and nothing visible changes, this waits in memory between
-    passes instead of handing each retry to kopf: kopf records every retry in the object's status,
-    a write (and a watch event for every watcher) per object every few seconds. It hands back at
-    least every medium interval, so an edit made meanwhile (deletionPolicy: Orphan) is seen.
-    Deletion passes read the shared list like any other; absence is still confirmed by a GET.
+
+async def _write_status(memo: kopf.Memo, body: Mapping[str, Any], patch: kopf.Patch) -> None:
+    """Merge-patch the status subresource, as kopf does after a handler."""
+    meta = body.get("metadata", {})
+    api = _objects()
+    await _kube_write(
+        memo,
+        body,
+        "status write",
+        lambda: api.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            meta.get("namespace"),
+            PLURAL,
+            meta.get("name"),
+            {"status": dict(patch.status)},
+            field_manager=EVENT_SOURCE,
+            _content_type="application/merge-patch+json",
+        ),
+    )
+
+
+async def _add_finalizer(memo: kopf.Memo, body: Mapping[str, Any]) -> None:
+    """Put FINALIZER on the object before anything is sent for it (the planner waits until it is there).
+
+    A merge patch of the whole list, conditional on the resourceVersion it was read at: a list changed
+    meanwhile by someone else is never overwritten (409, and the next pass reads it again).
     """
-    loop = asyncio.get_running_loop()
-    hand_back = loop.time() + INTERVALS.medium
-    while True:
-        outcome = await _pass(body, patch, memo, runner_claims, credential_users, INTERVALS.fast)
-        if outcome is None:
-            raise kopf.TemporaryError("waiting for the runner to be deleted", delay=INTERVALS.fast)
-        after = cadence.after_pass(
-            outcome.status.to_patch(),
-            INTERVALS,
-            released=outcome.release,
-            retry_after=outcome.retry_after,
-            deleting=True,
-        )
-        if after.delay is None:
-            return
-        quiet = not patch and after.cadence == cadence.Cadence.FAST
-        if not quiet or loop.time() + after.delay > hand_back:
-            raise kopf.TemporaryError(_message(outcome), delay=after.delay)
-        await asyncio.sleep(after.delay)
+    meta = body.get("metadata", {})
+    api = _objects()
+    change = {
+        "metadata": {
+            "finalizers": [*(meta.get("finalizers") or ()), FINALIZER],
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+    }
+    await _kube_write(
+        memo,
+        body,
+        "adding the finalizer",
+        lambda: api.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            meta.get("namespace"),
+            PLURAL,
+            meta.get("name"),
+            change,
+            field_manager=EVENT_SOURCE,
+            _content_type="application/merge-patch+json",
+        ),
+    )
+
+
+async def _remove_finalizer(memo: kopf.Memo, body: Mapping[str, Any]) -> None:
+    """Take FINALIZER off once the runner is released: a JSON patch that tests the entry it removes,
+    so another controller's finalizer added or removed meanwhile is never touched (422, retried)."""
+    meta = body.get("metadata", {})
+    finalizers = list(meta.get("finalizers") or ())
+    if FINALIZER not in finalizers:
+        return
+    at = f"/metadata/finalizers/{finalizers.index(FINALIZER)}"
+    api = _objects()
+    ops = [{"op": "test", "path": at, "value": FINALIZER}, {"op": "remove", "path": at}]
+    await _kube_write(
+        memo,
+        body,
+        "removing the finalizer",
+        lambda: api.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            meta.get("namespace"),
+            PLURAL,
+            meta.get("name"),
+            ops,
+            field_manager=EVENT_SOURCE,
+            _content_type="application/json-patch+json",
+        ),
+    )
 
 
 async def _pass(
@@ -447,7 +534,7 @@ async def _pass(
     max_age: float = 0.0,
     *,
     fresh: bool = False,
-    commit: Callable[[kopf.Patch], Awaitable[None]] | None = None,
+    commit: Callable[[kopf.Patch, Outcome | None], Awaitable[None]] | None = None,
     latest: Callable[[], dict[str, Any] | None] | None = None,
 ) -> Outcome | None:
     """One serialised reconcile pass for this object; the outcome is applied to `patch` and Events.
@@ -474,8 +561,8 @@ async def _pass(
             found = resource.ManagedRunnerResource.identity_only(body)
             if found is None or not found.deleting:
                 _apply(body, patch, reconciling.unreadable(body, datetime.datetime.now(datetime.UTC), exc))
-                if commit is not None and patch:
-                    await commit(patch)
+                if commit is not None:
+                    await commit(patch, None)
                 return None
             res = found
         ctx = reconciling.Context(
@@ -501,8 +588,8 @@ async def _pass(
             )
         await _release_secrets(credentials, res, outcome, users or {})
         _apply(body, patch, outcome)
-        if commit is not None and patch:
-            await commit(patch)
+        if commit is not None:
+            await commit(patch, outcome)
     _record(memo.metrics, uid, outcome)
     if outcome.status.is_set("runner_id"):
         if outcome.status.runner_id:

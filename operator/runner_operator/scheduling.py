@@ -41,6 +41,7 @@ class Kept:
     group: str
     runner_id: str | None
     """the runner the status says this object holds: a change to it in the shared list wakes it."""
+    deleting: bool = False
 
 
 def _pack(body: Mapping[str, Any]) -> bytes:
@@ -102,6 +103,11 @@ class Bodies:
         written = self._written.get(uid)
         return written[0] if written is not None and self.clock() <= written[1] else self._kept.get(uid)
 
+    def deleting(self, uid: str) -> bool:
+        """Whether the object was already being deleted when last seen."""
+        kept = self._kept.get(uid)
+        return kept is not None and kept.deleting
+
     def holding(self, runner_ids: frozenset[str]) -> list[str]:
         """The objects whose status names one of these runners."""
         return [
@@ -129,6 +135,7 @@ def _keep(body: Mapping[str, Any]) -> Kept:
         resource_version=str(meta.get("resourceVersion") or ""),
         lane=STEADY if status.get("runnerId") else CREATE,
         runner_id=status.get("runnerId") or None,
+        deleting=bool(meta.get("deletionTimestamp")),
         group=f"{meta.get('namespace')}/{secret}" if secret else "default",
     )
 

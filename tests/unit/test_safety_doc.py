@@ -221,11 +221,13 @@ RULES: list[tuple[str, str, list[str]]] = [
     ),
     (
         "Nothing is created before the finalizer is on the resource",
-        "kopf starts an object's first pass in the same cycle in which it adds the finalizer, and a "
-        "ManagedRunner deleted before the finalizer lands is gone at once. So no runner is created, "
-        "adopted or bound for a resource that does not carry the operator's finalizer yet: the pass "
-        "reserves the create key (a status write only) and waits (AwaitingFinalizer), and the next pass,"
-        " which sees the finalizer, goes on. A deletion never waits for it.",
+        "The operator owns its finalizer (kopf is given another name and no deletion handler, so it "
+        "never adds or removes ours). A scheduled pass adds it before anything else, with a merge patch "
+        "conditional on the resourceVersion it read, and only a pass that released the runner removes "
+        "it, with a JSON patch that tests the entry it removes. A ManagedRunner deleted before the "
+        "finalizer lands is gone at once, so the planner guards too: no runner is created, adopted or "
+        "bound for a resource that does not carry the finalizer yet (the pass reserves the create key, "
+        "a status write only, and waits: AwaitingFinalizer). A deletion never waits for it.",
         [
             "tests/unit/core/test_planning.py::test_plan[without-the-finalizer-nothing-is-created]",
             "tests/unit/core/test_planning.py::test_plan[without-the-finalizer-nothing-is-adopted]",
