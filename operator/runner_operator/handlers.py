@@ -376,8 +376,10 @@ async def _scheduled_pass(memo: kopf.Memo, uid: str) -> float | None:
     )
     if outcome is None:
         return INTERVALS.resync
+    # The cadence of the status as it now stands: a quiet pass writes nothing, and an empty patch
+    # alone would read as "never looked at" (a fast poll of every steady runner).
     after = cadence.after_pass(
-        outcome.status.to_patch(),
+        {**(body.get("status") or {}), **outcome.status.to_patch()},
         INTERVALS,
         released=outcome.release,
         retry_after=outcome.retry_after,

@@ -172,3 +172,17 @@ async def test_an_object_deleting_without_our_finalizer_is_not_scheduled() -> No
     await seen(type="MODIFIED", body=kopf.Body(cast(Any, _body([FIN], deleting=True))), memo=memo)
     assert memo.scheduler.forgotten == ["u1"]
     assert memo.scheduler.added == ["u1"]
+
+
+async def test_a_quiet_pass_on_a_ready_runner_looks_again_at_the_resync(
+    objects: FakeObjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quiet pass writes nothing: its empty patch must not read as "never looked at" (fast poll)."""
+    body = _body([FIN])
+    body["status"] = {
+        "conditions": [{"type": "Ready", "status": "True"}, {"type": "Synced", "status": "True"}]
+    }
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(handlers, "_pass", _passing(Outcome(StatusPatch(), unchanged=True), seen))
+    after = await handlers._scheduled_pass(_memo(body), "u1")
+    assert after == handlers.INTERVALS.resync
