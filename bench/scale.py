@@ -204,7 +204,13 @@ def start_simulator(args: argparse.Namespace, work: Path, quota: bool) -> tuple[
 
 
 def start_operator(
-    cluster: LocalCluster, ns: str, url: str, args: argparse.Namespace, work: Path, root: Path
+    cluster: LocalCluster,
+    ns: str,
+    url: str,
+    args: argparse.Namespace,
+    work: Path,
+    root: Path,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     port = free_port()
     env = {
@@ -217,6 +223,7 @@ def start_operator(
         "RUNNER_OPERATOR_REQUEST_BURST": str(int(args.api_rps)),
         "RUNNER_OPERATOR_RESYNC_INTERVAL": str(args.resync),
         "RUNNER_OPERATOR_METRICS_PORT": str(port),
+        **(extra_env or {}),
     }
     launcher = ["-m", "runner_operator.cli"]
     if args.memprobe and root == ROOT:

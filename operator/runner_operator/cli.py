@@ -40,6 +40,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(1, f"{self.prog}: error: {message}\n")
 
 
+def _shard(text: str) -> str:
+    from runner_operator.sharding import Shard
+
+    try:
+        return str(Shard.parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="runner-operator",
@@ -60,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
     run.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("--peering", default=None, help="kopf peering name (default: standalone, one replica)")
+    run.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        type=_shard,
+        help="handle shard I of N only, with its own Lease (RUNNER_OPERATOR_SHARD; needs leader election)",
+    )
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging (same as --log-level debug)")
     run.add_argument(
         "--log-level",
@@ -335,6 +351,8 @@ async def _export(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.shard:  # before the handlers are imported: they read the settings at import time
+        os.environ["RUNNER_OPERATOR_SHARD"] = args.shard
     import kopf
 
     import runner_operator.handlers  # noqa: F401  (registers the handlers)

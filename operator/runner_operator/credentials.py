@@ -330,6 +330,10 @@ class TokenRegistry:
         found = self._clients.get(key)
         if found is None:
             endpoint = self.settings.api_endpoint
+            # Each of N shards spends 1/N of the token's budget (sharding rule 5).
+            rate, burst = self.settings.sharded().share(
+                self.settings.requests_per_second, self.settings.request_burst
+            )
             found = CloudClient(
                 endpoint,
                 token,
@@ -338,8 +342,8 @@ class TokenRegistry:
                 budget=budgets.shared(
                     endpoint,
                     token.get_secret_value(),
-                    rate=self.settings.requests_per_second,
-                    burst=self.settings.request_burst,
+                    rate=rate,
+                    burst=burst,
                 ),
                 observer=self.observer,
             )

@@ -47,6 +47,7 @@ FINALIZER itself (see `_scheduled_pass`); kopf, having no deletion handler, neve
 # kopf reads decorator arguments at import time, so the cadence comes from the environment now.
 CONFIG = settings.load()
 INTERVALS = cadence.Intervals(fast=CONFIG.fast_interval, resync=CONFIG.resync_interval)
+SHARD = CONFIG.sharded()
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +65,29 @@ retries. Its default retries for under a minute, shorter than an ordinary contro
 these cover one."""
 
 
+def owned(body: Mapping[str, Any], **_: Any) -> bool:
+    """Whether this process's shard handles the object (always, unsharded): `sharding` rule 1."""
+    meta = body.get("metadata") or {}
+    return SHARD.owns(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+class ShardDiffBase(kopf.StatusDiffBaseStorage):
+    """kopf's diff-base in status, written only for this shard's objects.
+
+    kopf stores the spec it last handled even when no handler applies (here: another shard's
+    object), which would be a status write by a shard that does not own the object.
+    """
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        if owned(body):
+            super().store(body=body, patch=patch, essence=essence)
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.finalizer = KOPF_FINALIZER
     settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
-    settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field="status.kopf.lastHandled")
+    settings.persistence.diffbase_storage = ShardDiffBase(field="status.kopf.lastHandled")
     settings.posting.loggers = False
     # `kubectl describe` shows Events "From: managed-runner-operator", not "kopf".
     settings.posting.reporting_component = EVENT_SOURCE
@@ -258,7 +277,8 @@ def drop_managed_fields(body: kopf.Body) -> bool:
     return True
 
 
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile")  # id: kopf's stored progress key
+# id: kopf's stored progress key; `when`: another shard's objects are not this process's.
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", when=owned)
 async def spec_changed(
     body: kopf.Body,
     patch: kopf.Patch,
@@ -311,6 +331,7 @@ async def seen(
     memo: kopf.Memo,
     runner_claims: kopf.Index[str, Any] | None = None,
     credential_users: kopf.Index[str, Any] | None = None,
+    logger: kopf.Logger = log,
     **_: Any,
 ) -> None:
     """Feed the scheduler: keep the latest body and make sure a pass is due at this object's cadence.
@@ -322,6 +343,8 @@ async def seen(
     kopf's per-object context, where Events can be posted.
     """
     memo.indexes.update(claims=runner_claims, users=credential_users)
+    if not owned(body):
+        return  # another shard's (the indexes above still see every object: clusters are shared)
     scheduler: Scheduler = memo.scheduler
     scheduler.start()
     meta = body.get("metadata", {})
@@ -334,6 +357,8 @@ async def seen(
     status = body.get("status") or {}
     was_deleting = memo.bodies.deleting(uid)
     if memo.bodies.put(uid, body):
+        if SHARD.count > 1:
+            logger.info("Shard %s handles %s/%s.", SHARD, meta.get("namespace"), meta.get("name"))
         scheduler.add(uid, 0.0 if deleting else _first_look(status))
         return
     if deleting:

@@ -16,17 +16,18 @@ import http.server
 import json
 import logging
 import os
+import random
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from runner_operator import leases
+from runner_operator import leases, sharding
 from runner_operator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,10 @@ class KubernetesLeases:
     name: str
     api: Any = None
     timeout: float = 2.0
+    count: int = 1
+    """the shard count written on the Lease (`sharding.COUNT_ANNOTATION`)."""
+    base: str = ""
+    """the unsharded Lease name: the other shards' Leases are `peers` (default: `name`)."""
 
     def __post_init__(self) -> None:
         if self.api is None:
@@ -72,20 +77,26 @@ class KubernetesLeases:
             if exc.status == 404:
                 return None
             raise
-        spec = found.spec
-        record = leases.Record(
-            holder=spec.holder_identity or "",
-            lease_duration=int(spec.lease_duration_seconds or 0),
-            acquire_time=spec.acquire_time,
-            renew_time=spec.renew_time,
-            transitions=int(spec.lease_transitions or 0),
-        )
-        return record, str(found.metadata.resource_version)
+        return _record(found), str(found.metadata.resource_version)
+
+    def peers(self) -> dict[str, tuple[leases.Record, int]]:
+        """This operator's other Leases (other shards, or another shard count), with their N."""
+        found = self.api.list_namespaced_lease(self.namespace, _request_timeout=self.timeout)
+        base = self.base or self.name
+        return {
+            item.metadata.name: (_record(item), _count(item))
+            for item in found.items
+            if item.metadata.name != self.name and sharding.is_peer(item.metadata.name, base)
+        }
+
+    def _metadata(self) -> dict[str, Any]:
+        annotations = {sharding.COUNT_ANNOTATION: str(self.count)}
+        return {"name": self.name, "namespace": self.namespace, "annotations": annotations}
 
     def create(self, record: leases.Record) -> str:
         from kubernetes import client
 
-        body = {"metadata": {"name": self.name, "namespace": self.namespace}, "spec": _spec(record)}
+        body = {"metadata": self._metadata(), "spec": _spec(record)}
         try:
             made = self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
         except client.ApiException as exc:
@@ -98,7 +109,7 @@ class KubernetesLeases:
         from kubernetes import client
 
         body = {
-            "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": version},
+            "metadata": {**self._metadata(), "resourceVersion": version},
             "spec": _spec(record),
         }
         try:
@@ -110,6 +121,23 @@ class KubernetesLeases:
                 raise Conflict("the Lease changed since it was read") from None
             raise
         return str(done.metadata.resource_version)
+
+
+def _record(lease: Any) -> leases.Record:
+    spec = lease.spec
+    return leases.Record(
+        holder=spec.holder_identity or "",
+        lease_duration=int(spec.lease_duration_seconds or 0),
+        acquire_time=spec.acquire_time,
+        renew_time=spec.renew_time,
+        transitions=int(spec.lease_transitions or 0),
+    )
+
+
+def _count(lease: Any) -> int:
+    """The shard count a Lease records; 1 when it records none (an unsharded leader's)."""
+    text = (lease.metadata.annotations or {}).get(sharding.COUNT_ANNOTATION, "1")
+    return int(text) if str(text).isdigit() and int(text) > 0 else 1
 
 
 def _spec(record: leases.Record) -> dict[str, Any]:
@@ -138,7 +166,11 @@ class Elector:
     timing: leases.Timing = field(default_factory=leases.Timing)
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime.datetime] = _now
+    shard: sharding.Shard = field(default_factory=sharding.Shard)
+    peers: Callable[[], Mapping[str, tuple[leases.Record, int]]] | None = None
+    """this operator's other Leases; None: none to agree with (a single Lease, as in tests)."""
     _seen: leases.Seen | None = None
+    _peers: dict[str, sharding.Peer] = field(default_factory=dict)
     _version: str = ""
     renewed_at: float | None = None
     """when this process last wrote the Lease as its holder (monotonic), None while a standby."""
@@ -172,17 +204,61 @@ class Elector:
     def acquire(self, stop: threading.Event | None = None) -> bool:
         """Wait until this candidate holds the Lease (False if `stop` was set first)."""
         stop = stop or threading.Event()
-        announced = ""
+        announced, waited_for = "", list[str]()
         while not stop.is_set():
-            if self.try_once():
-                log.info("leader election: %s holds the Lease; starting", self.identity)
+            held, blockers = self.attempt()
+            if held:
+                as_shard = f" as shard {self.shard}" if self.shard.count > 1 else ""
+                log.info("leader election: %s holds the Lease; starting%s", self.identity, as_shard)
                 return True
-            if self.holder() and self.holder() != announced:
+            if blockers and blockers != waited_for:
+                waited_for = blockers
+                log.info(
+                    "leader election: shard %s waits: %s held with another shard count",
+                    self.shard,
+                    ", ".join(blockers),
+                )
+            elif self.holder() and self.holder() not in (announced, self.identity):
                 announced = self.holder()
                 log.info("leader election: standby, the Lease is held by %s", announced)
             seen = self._seen or leases.Seen(None, self.clock())
-            stop.wait(leases.wait_before_retry(seen, self.identity, self.clock(), self.timing))
+            stop.wait(
+                # jittered: two counts that both stepped back do not retry in step forever
+                random.uniform(0.25, 0.75) * self.timing.retry_period
+                if blockers
+                else leases.wait_before_retry(seen, self.identity, self.clock(), self.timing)
+            )
         return False
+
+    def attempt(self) -> tuple[bool, list[str]]:
+        """One try: whether this candidate holds its Lease and may act, and which Leases of another
+        shard count stand in the way (`sharding` rule 3: read before taking the Lease, to not churn
+        it, and again after, since another count may have started meanwhile; then hand it back)."""
+        blockers = self.blockers()
+        if blockers or not self.try_once():
+            return False, blockers
+        blockers = self.blockers()
+        if blockers:
+            self.release()
+        return not blockers, blockers
+
+    def blockers(self) -> list[str]:
+        """The live Leases of another shard count (`sharding.blocking`); a failed read blocks too."""
+        if self.peers is None:
+            return []
+        try:
+            found = self.peers()
+        except Exception as exc:  # unknown is not "none": wait and read again
+            log.warning("leader election: cannot list the other shards' Leases: %s", _describe(exc))
+            return ["(the Leases could not be listed)"]
+        now = self.clock()
+        self._peers = {
+            name: sharding.Peer(
+                leases.observe(self._peers[name].seen if name in self._peers else None, record, now), count
+            )
+            for name, (record, count) in found.items()
+        }
+        return sharding.blocking(self.shard, self.identity, self._peers, now)
 
     def keep(self, on_lost: Callable[[str], None], stop: threading.Event) -> None:
         """Renew every retry period until `stop`; call `on_lost` once renewal fails for good."""
@@ -277,10 +353,15 @@ def from_settings(config: Settings) -> Elector:
         config.leader_election_renew_deadline,
         config.leader_election_retry_period,
     )
+    shard = config.sharded()
     store = KubernetesLeases(
-        lease_namespace(config), config.leader_election_lease, timeout=timing.retry_period
+        lease_namespace(config),
+        shard.lease_name(config.leader_election_lease),
+        timeout=timing.retry_period,
+        count=shard.count,
+        base=config.leader_election_lease,
     )
-    return Elector(store, identity(), timing)
+    return Elector(store, identity(), timing, shard=shard, peers=store.peers)
 
 
 @contextlib.contextmanager

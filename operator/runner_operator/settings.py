@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from runner_operator import leases, tenancy
+from runner_operator import leases, sharding, tenancy
 
 DEFAULT_ENDPOINT = "https://api.coreweave.com"
 
@@ -69,6 +69,9 @@ class Settings(BaseModel):
     leader_election_lease_duration: float = Field(default=15.0, gt=0)
     leader_election_renew_deadline: float = Field(default=10.0, gt=0)
     leader_election_retry_period: float = Field(default=2.0, gt=0)
+    # This process's shard "I/N" (runner_operator.sharding; `run --shard I/N` sets it): it handles
+    # the ManagedRunners of shard I only, holds that shard's Lease and spends 1/N of the budget.
+    shard: str | None = None
     # Prometheus /metrics on this port (0 turns it off); bind failures are logged, never fatal.
     metrics_port: int = Field(default=9090, ge=0, le=65535)
 
@@ -87,6 +90,26 @@ class Settings(BaseModel):
             self.leader_election_retry_period,
         )
         return self
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, value: str | None) -> str | None:
+        if value:
+            sharding.Shard.parse(value)
+        return value or None
+
+    @model_validator(mode="after")
+    def _shards_elect(self) -> Settings:
+        if self.sharded().count > 1 and not self.leader_election:
+            raise ValueError(
+                "shards need leader election (RUNNER_OPERATOR_LEADER_ELECTION=true): each shard holds "
+                "its own Lease, which is how a change of the shard count never has two processes act"
+            )
+        return self
+
+    def sharded(self) -> sharding.Shard:
+        """This process's shard (0/1 when unsharded)."""
+        return sharding.Shard.parse(self.shard) if self.shard else sharding.Shard()
 
     @field_validator("api_endpoint")
     @classmethod

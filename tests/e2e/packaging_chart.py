@@ -41,6 +41,7 @@ CLUSTER_GRANTS = [
     "cluster:secrets:get",
     "cluster:secrets:patch",
     "ns:leases:create",
+    "ns:leases:list",
     "ns-named:leases:get,update",
 ]
 NAMESPACED_GRANTS = [
@@ -53,6 +54,7 @@ NAMESPACED_GRANTS = [
     "ns:secrets:patch",
     "ns-named:secrets:get",
     "ns:leases:create",
+    "ns:leases:list",
     "ns-named:leases:get,update",
 ]
 # Value sets that `helm lint`, `helm template` and the API server must all accept.

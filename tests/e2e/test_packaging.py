@@ -480,8 +480,8 @@ def test_service_account_may_do_exactly_what_the_operator_needs(
     assert decisions(kube, namespace, sa, watched) == DISCOVERY | namespaces | APPLICATION
     # ...and only discovery elsewhere; in its own namespace, `get` on the token Secret by name.
     assert decisions(kube, namespace, sa, other) == DISCOVERY | namespaces
-    # In the release namespace, also leader election: create a Lease; get and update its own by name.
-    leases = {("coordination.k8s.io", "leases", "", "create")}
+    # In the release namespace, also leader election: create and list Leases; get and update its own.
+    leases = {("coordination.k8s.io", "leases", "", v) for v in ("create", "list")}
     assert decisions(kube, namespace, sa, namespace) == DISCOVERY | namespaces | leases
     as_sa = f"--as=system:serviceaccount:{namespace}:{sa}"
     lease = deployment["metadata"]["name"]

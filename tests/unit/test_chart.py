@@ -47,6 +47,10 @@ INVALID: dict[str, tuple[dict[str, Any], str]] = {
         {"metrics": {"serviceMonitor": {"enabled": True}}},
         "metrics.serviceMonitor.enabled needs metrics.enabled: true",
     ),
+    "shards-without-election": (
+        {"shards": 3, "leaderElection": {"enabled": False}},
+        "shards > 1 needs leaderElection.enabled",
+    ),
     "port-clash": ({"metrics": {"port": 8080}}, "metrics.port and health.port must differ"),
     "rules-without-endpoint": (
         {"metrics": {"port": 0, "prometheusRule": {"enabled": True}}},
@@ -200,6 +204,33 @@ def test_replicas_get_a_disruption_budget_and_without_election_recreate() -> Non
     env = {e["name"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert not {n for n in env if "LEADER" in n}
     assert not [r for r in find(single, "Role") if "leases" in str(r["rules"])]
+
+
+def test_shards_are_deployments_of_their_own_with_a_lease_each() -> None:
+    docs = render({"shards": 3, "replicaCount": 2}, namespace="ops")
+    deployments = find(docs, "Deployment")
+    names = [d["metadata"]["name"] for d in deployments]
+    assert names == [f"runner-operator-managed-runner-operator-shard-{i}" for i in range(3)]
+    selectors = [d["spec"]["selector"]["matchLabels"] for d in deployments]
+    for i, (deployment, selector) in enumerate(zip(deployments, selectors, strict=True)):
+        assert selector["sandbox.coreweave.com/shard"] == str(i)
+        pod = deployment["spec"]["template"]
+        assert selector.items() <= pod["metadata"]["labels"].items()
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["RUNNER_OPERATOR_SHARD"] == f"{i}/3"
+        assert env["RUNNER_OPERATOR_LEADER_ELECTION"] == "true"
+    # No selector matches another shard's pods; each shard keeps one pod through a drain.
+    assert len({tuple(sorted(s.items())) for s in selectors}) == 3
+    pdbs = find(docs, "PodDisruptionBudget")
+    assert [p["spec"]["selector"]["matchLabels"] for p in pdbs] == selectors
+    (role,) = [r for r in find(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    named = next(rule for rule in role["rules"] if "resourceNames" in rule)
+    base = "runner-operator-managed-runner-operator"
+    assert named["resourceNames"] == [base] + [f"{base}-shard-{i}" for i in range(3)]
+    one_shard = one(render(), "Deployment")
+    assert one_shard["metadata"]["name"] == base  # one shard: the Deployment and Lease as before
+    env = {e["name"]: e.get("value") for e in one_shard["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["RUNNER_OPERATOR_SHARD"] == "0/1"
 
 
 def own_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:

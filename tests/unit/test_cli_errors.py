@@ -163,6 +163,12 @@ CASES: dict[str, Callable[[str], Case]] = {
         "RUNNER_OPERATOR_DEFAULT_CREDENTIALS_NAMESPACE_SELECTOR:",
         env={"RUNNER_OPERATOR_DEFAULT_CREDENTIALS_NAMESPACE_SELECTOR": "a in (b"},
     ),
+    "run-bad-shard": lambda url: Case(["run", "-A", "--shard", "3/3"], "a shard is I/N with 0 <= I < N"),
+    "run-shards-without-leader-election": lambda url: Case(
+        ["run", "-A"],
+        "shards need leader election (RUNNER_OPERATOR_LEADER_ELECTION=true)",
+        env={"RUNNER_OPERATOR_SHARD": "1/3"},
+    ),
     "unknown-flag": lambda url: Case(["plan", "--frobnicate"], "error:"),
 }
 

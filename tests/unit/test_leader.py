@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runner_operator import leases
+from runner_operator import leases, sharding
 from runner_operator.leader import Conflict, Elector, standby_health
 from tests.clock import FakeClock
 
@@ -196,3 +196,99 @@ def test_a_standby_answers_the_probe_while_it_can_read_the_lease(clock: FakeCloc
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
         s.listen()
+
+
+class Shards:
+    """This operator's Leases in one namespace; each records the shard count of its last writer."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, Lease] = {}
+        self.counts: dict[str, int] = {}
+
+    def candidate(self, name: str, shard: str, clock: FakeClock) -> Elector:
+        mine = sharding.Shard.parse(shard)
+        lease_name = mine.lease_name("mro")
+        lease = self.leases.setdefault(lease_name, Lease())
+        world = self
+
+        class Writer(View):
+            def _write(self, record: leases.Record) -> str:
+                world.counts[lease_name] = mine.count
+                return super()._write(record)
+
+        def peers() -> dict[str, tuple[leases.Record, int]]:
+            return {
+                n: (held.record, self.counts[n])
+                for n, held in self.leases.items()
+                if n != lease_name and held.record is not None
+            }
+
+        wall = datetime.fromtimestamp(clock.now, UTC)
+        return Elector(Writer(lease), name, T, clock=clock, wall=lambda: wall, shard=mine, peers=peers)
+
+
+def test_shards_of_one_count_all_act(clock: FakeClock) -> None:
+    world = Shards()
+    electors = [world.candidate(f"p{i}", f"{i}/3", clock) for i in range(3)]
+    assert [e.attempt() for e in electors] == [(True, [])] * 3
+
+
+def test_a_new_shard_count_waits_until_the_old_one_has_stopped(clock: FakeClock) -> None:
+    world = Shards()
+    old = [world.candidate(f"old{i}", f"{i}/3", clock) for i in range(3)]
+    assert all(e.attempt()[0] for e in old)
+    new0 = world.candidate("new0", "0/2", clock)  # same Lease name as old0: a standby there
+    new1 = world.candidate("new1", "1/2", clock)
+    assert new0.attempt() == (False, ["mro-shard-1", "mro-shard-2"])
+    assert new1.attempt() == (False, ["mro-shard-0", "mro-shard-2"])
+    for e in old:  # the old ones keep acting meanwhile (rule 4)
+        clock.tick(0.5)
+        assert e.renew_once() is None
+    old[0].release()
+    old[1].release()  # a rolling update stops them one by one
+    held, blockers = new0.attempt()
+    assert (held, blockers) == (False, ["mro-shard-2"])
+    assert world.leases["mro-shard-0"].writes == ["old0", "old0", ""]  # blocked: never even taken
+    old[2].release()
+    assert new0.attempt() == (True, [])
+    assert new1.attempt() == (True, [])
+
+
+def test_a_killed_old_shard_blocks_for_one_lease_duration_by_our_clock(clock: FakeClock) -> None:
+    world = Shards()
+    old = world.candidate("old", "0/1", clock)
+    assert old.attempt()[0]  # then SIGKILL: it never renews nor releases
+    new = world.candidate("new", "1/2", clock)
+    waited = 0.0
+    while not new.attempt()[0]:
+        clock.tick(1.0)
+        waited += 1.0
+    assert T.lease_duration <= waited <= T.lease_duration + 1
+
+
+def test_two_counts_starting_together_never_both_act(clock: FakeClock) -> None:
+    world = Shards()
+    a = world.candidate("a", "0/3", clock)
+    b = world.candidate("b", "1/2", clock)
+    # Interleaved: both read no blockers, both take their Lease, then both look again.
+    assert a.blockers() == []
+    assert b.blockers() == []
+    assert a.try_once()
+    assert b.try_once()
+    assert a.blockers() == ["mro-shard-1"]
+    assert b.blockers() == ["mro-shard-0"]
+    # Whatever the order of the steps back, at most one acts afterwards.
+    a.release()
+    assert b.attempt() == (True, [])
+    assert a.attempt() == (False, ["mro-shard-1"])
+
+
+def test_a_peer_list_that_fails_blocks(clock: FakeClock) -> None:
+    lease = Lease()
+
+    def fail() -> dict[str, tuple[leases.Record, int]]:
+        raise ConnectionError("the API server is unreachable")
+
+    e = Elector(View(lease), "a", T, clock=clock, shard=sharding.Shard(0, 2), peers=fail)
+    assert e.attempt() == (False, ["(the Leases could not be listed)"])
+    assert lease.writes == []

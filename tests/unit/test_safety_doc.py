@@ -254,6 +254,26 @@ RULES: list[tuple[str, str, list[str]]] = [
             "tests/e2e/test_updates.py::test_updates_are_applied_on_request_or_when_available_and_never_while_paused",
         ],
     ),
+    (
+        "One shard handles each resource, even while the shard count changes",
+        "With N shards, a ManagedRunner belongs to the shard that sha256 of its namespace/name, modulo N, "
+        "names: the same answer in every process and release. A shard neither schedules, writes the "
+        "status of, nor runs kopf's spec handler for another shard's object (kopf's diff-base is not "
+        "stored for it either). Each shard index has its own Lease, which records N. A process starts "
+        "acting only if, once it holds its Lease, no other live Lease of the operator records another "
+        "N; otherwise it hands its Lease back and waits, while the processes of the old N keep acting "
+        "until they stop. So two shard counts never act at once, and an object goes unhandled only "
+        "while the last process of the old count stops (one Lease duration if it was killed).",
+        [
+            "tests/unit/core/test_sharding.py::test_every_object_belongs_to_exactly_one_shard",
+            "tests/unit/core/test_sharding.py::test_the_shard_of_an_object_is_the_same_in_every_process_and_release",
+            "tests/unit/core/test_sharding.py::test_blocking",
+            "tests/unit/test_leader.py::test_a_new_shard_count_waits_until_the_old_one_has_stopped",
+            "tests/unit/test_leader.py::test_two_counts_starting_together_never_both_act",
+            "tests/unit/test_leader.py::test_a_killed_old_shard_blocks_for_one_lease_duration_by_our_clock",
+            "tests/e2e/test_shards.py::test_shards_split_the_objects_and_a_change_of_count_drops_or_doubles_nothing",
+        ],
+    ),
 ]
 
 
