@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import functools
+import json
 import logging
 import random
 import socket
@@ -446,6 +448,9 @@ async def _kube_write(memo: kopf.Memo, body: Mapping[str, Any], what: str, call:
         except client.ApiException as exc:
             if exc.status == 404:
                 return
+            if exc.status == 403:  # one line naming the missing grant, not only a traceback
+                where = f"{meta.get('namespace')}/{meta.get('name')}"
+                log.error("%s of %s refused: %s", what, where, _said(exc))
             if pause is None or exc.status in (400, 403, 409, 422):
                 raise
             problem = f"HTTP {exc.status}"
@@ -467,7 +472,20 @@ async def _kube_write(memo: kopf.Memo, body: Mapping[str, Any], what: str, call:
         await asyncio.sleep(pause)
 
 
+def _said(exc: Exception) -> str:
+    """The API server's message of a refused request (the verb and resource RBAC refused)."""
+    body = getattr(exc, "body", None) or ""
+    try:
+        return str(json.loads(body)["message"])
+    except (TypeError, ValueError, KeyError):
+        return f"HTTP {getattr(exc, 'status', '?')}"
+
+
+@functools.cache
 def _objects() -> Any:
+    """One client for every status and finalizer write, so writes reuse its connection pool: a client
+    per write opened a new TLS connection to the API server each time (a handshake on both sides per
+    write; bench/RESULTS.md, "Kubernetes writes on one connection pool")."""
     from kubernetes import client
 
     return client.CustomObjectsApi()

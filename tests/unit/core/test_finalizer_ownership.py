@@ -3,6 +3,7 @@ released the runner, with writes that never overwrite another controller's final
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -149,6 +150,24 @@ async def test_a_transient_failure_is_retried_and_a_gone_object_is_no_error(
     objects.fail = [ApiException(status=404)]
     await handlers._scheduled_pass(_memo(_body([FIN])), "u1")
     assert len(objects.calls) == 1
+
+
+async def test_a_refused_write_says_which_grant_is_missing_in_one_line(
+    objects: FakeObjects, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(handlers, "_pass", _passing(Outcome(StatusPatch()), seen))
+    refused = ApiException(status=403, reason="Forbidden")
+    message = (
+        'managedrunners.sandbox.coreweave.com "r" is forbidden: cannot patch resource "managedrunners/status"'
+    )
+    refused.body = json.dumps({"kind": "Status", "message": message})
+    objects.fail = [refused]
+    with pytest.raises(ApiException):
+        await handlers._scheduled_pass(_memo(_body([FIN])), "u1")
+    assert len(objects.calls) == 1  # not retried: only a change of RBAC helps
+    lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert lines == [f"status write of ns/r refused: {message}"]
 
 
 async def test_an_object_deleting_without_our_finalizer_is_not_scheduled() -> None:
