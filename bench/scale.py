@@ -89,6 +89,12 @@ def main() -> int:
     )
     parser.add_argument("--baseline-sizes", default="1000")
     parser.add_argument(
+        "--baseline-env",
+        default=None,
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="without --baseline: the current tree with this operator environment is the baseline",
+    )
+    parser.add_argument(
         "--memprobe",
         type=Path,
         default=None,
@@ -104,14 +110,16 @@ def main() -> int:
     try:
         config.load_kube_config(config_file=str(cluster.kubeconfig))
         apply_crd(cluster)
-        variants = [(n, ROOT, "current tree") for n in sizes]
+        variants: list[tuple[int, Path, str, dict[str, str]]] = [(n, ROOT, "current tree", {}) for n in sizes]
+        before = [int(s) for s in args.baseline_sizes.split(",")]
         if args.baseline:
             tree = checkout(args.baseline, work / "baseline")
-            label = f"before: {args.baseline}"
-            before = [int(s) for s in args.baseline_sizes.split(",")]
-            variants = [(n, tree, label) for n in before] + variants
-        for n, root, label in variants:
-            runs.append(bench_size(n, args, cluster, work, root, label))
+            variants = [(n, tree, f"before: {args.baseline}", {}) for n in before] + variants
+        elif args.baseline_env:
+            env = dict(pair.split("=", 1) for pair in args.baseline_env.split(","))
+            variants = [(n, ROOT, f"current tree, {args.baseline_env}", env) for n in before] + variants
+        for n, root, label, env in variants:
+            runs.append(bench_size(n, args, cluster, work, root, label, env))
             print(label, json.dumps(runs[-1].figures, indent=1), flush=True)
             if args.out:  # the sizes done so far survive an interrupted run
                 args.out.write_text(render(runs, args))
@@ -454,7 +462,13 @@ def _is_ready(obj: dict[str, Any]) -> bool:
 
 
 def bench_size(
-    n: int, args: argparse.Namespace, cluster: LocalCluster, work: Path, root: Path, label: str
+    n: int,
+    args: argparse.Namespace,
+    cluster: LocalCluster,
+    work: Path,
+    root: Path,
+    label: str,
+    env: dict[str, str] | None = None,
 ) -> Run:
     run = Run(n, label=label)
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
@@ -462,7 +476,7 @@ def bench_size(
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     create_secrets(core, ns, args.spec)
     sim, url = start_simulator(args, work, quota=True)
-    op = start_operator(cluster, ns, url, args, work, root)
+    op = start_operator(cluster, ns, url, args, work, root, env)
     watcher = RunnerWatch(cluster.kubeconfig, ns)
     watcher.start()
     try:
@@ -553,7 +567,7 @@ def bench_size(
         stop(op)
         httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
         t_restart = time.time()
-        op = start_operator(cluster, ns, url, args, work, root)
+        op = start_operator(cluster, ns, url, args, work, root, env)
         settle = args.resync + 60
         resynced_after = None
         timeline: dict[int, int] = {}
@@ -739,6 +753,11 @@ def render(runs: list[Run], args: argparse.Namespace) -> str:
         f"--latency {args.latency:g} --api-rps {args.api_rps:g} --steady-window {args.steady_window:g} "
         f"--resync {args.resync:g}"
         + (f" --baseline {args.baseline} --baseline-sizes {args.baseline_sizes}" if args.baseline else "")
+        + (
+            f" --baseline-env {args.baseline_env} --baseline-sizes {args.baseline_sizes}"
+            if args.baseline_env and not args.baseline
+            else ""
+        )
         + "`",
         "",
         f"Machine: {os.cpu_count()} cores, "

@@ -356,9 +356,10 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     import runner_operator.handlers  # noqa: F401  (registers the handlers)
-    from runner_operator import metrics, settings
+    from runner_operator import allocator, metrics, settings
 
     config = settings.load()  # a bad value is one line (user_problem), before anything starts
+    allocator.limit_arenas(config.malloc_arenas)  # before any thread allocates
     json_logs = args.json_logs or config.json_logs
     level = log_level(args, config.log_level)
     kopf.configure(

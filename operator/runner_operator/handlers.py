@@ -14,7 +14,6 @@ import asyncio
 import dataclasses
 import datetime
 import functools
-import json
 import logging
 import random
 import socket
@@ -24,7 +23,7 @@ from typing import Any, cast
 import aiohttp
 import kopf
 
-from runner_operator import cadence, claiming, metrics, reconciling, resource, settings
+from runner_operator import allocator, cadence, claiming, kubeerrors, metrics, reconciling, resource, settings
 from runner_operator import credentials as creds
 from runner_operator.cloud.runners import Runners
 from runner_operator.credentials import (
@@ -145,6 +144,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         registry.list_wakes.inc(len(woken))
 
     credentials.on_change = changed_in_list
+    if CONFIG.malloc_trim_seconds:
+        memo.trimming = asyncio.create_task(_trim_memory(CONFIG.malloc_trim_seconds))
     registry.work_queue_depth.set_function(lambda: len(scheduler.queue))
     registry.passes_running.set_function(lambda: scheduler.running)
     await wait_until_served(_served_by_discovery, within=CONFIG.startup_timeout)
@@ -220,8 +221,18 @@ async def login(memo: kopf.Memo, **kwargs: Any) -> kopf.AiohttpSession | None:
     )
 
 
+async def _trim_memory(every: float) -> None:
+    """Hand the allocator's free pages back now and then, so RSS follows what is in use, not its peak."""
+    while True:
+        await asyncio.sleep(every)
+        allocator.trim()
+
+
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
+    trimming: asyncio.Task[None] | None = memo.get("trimming")
+    if trimming is not None:
+        trimming.cancel()
     scheduler: Scheduler | None = memo.get("scheduler")
     if scheduler is not None:
         await scheduler.stop()
@@ -450,7 +461,7 @@ async def _kube_write(memo: kopf.Memo, body: Mapping[str, Any], what: str, call:
                 return
             if exc.status == 403:  # one line naming the missing grant, not only a traceback
                 where = f"{meta.get('namespace')}/{meta.get('name')}"
-                log.error("%s of %s refused: %s", what, where, _said(exc))
+                log.error("%s of %s refused: %s", what, where, kubeerrors.describe(exc))
             if pause is None or exc.status in (400, 403, 409, 422):
                 raise
             problem = f"HTTP {exc.status}"
@@ -470,15 +481,6 @@ async def _kube_write(memo: kopf.Memo, body: Mapping[str, Any], what: str, call:
             pause,
         )
         await asyncio.sleep(pause)
-
-
-def _said(exc: Exception) -> str:
-    """The API server's message of a refused request (the verb and resource RBAC refused)."""
-    body = getattr(exc, "body", None) or ""
-    try:
-        return str(json.loads(body)["message"])
-    except (TypeError, ValueError, KeyError):
-        return f"HTTP {getattr(exc, 'status', '?')}"
 
 
 @functools.cache

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import http.server
-import json
 import logging
 import os
 import random
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from runner_operator import leases, sharding
+from runner_operator import kubeerrors, leases, sharding
 from runner_operator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -192,7 +191,7 @@ class Elector:
             log.debug("leader election: %s", exc)
             return False
         except Exception as exc:  # the API server is unreachable or refuses: try again next period
-            log.warning("leader election: %s", _describe(exc))
+            log.warning("leader election: %s", kubeerrors.describe(exc))
             return False
         self._seen = leases.observe(self._seen, wanted, self.clock())
         self.renewed_at = self.clock()
@@ -249,7 +248,7 @@ class Elector:
         try:
             found = self.peers()
         except Exception as exc:  # unknown is not "none": wait and read again
-            log.warning("leader election: cannot list the other shards' Leases: %s", _describe(exc))
+            log.warning("leader election: cannot list the other shards' Leases: %s", kubeerrors.describe(exc))
             return ["(the Leases could not be listed)"]
         now = self.clock()
         self._peers = {
@@ -308,19 +307,7 @@ class Elector:
                 self.store.update(record, found[1])
                 log.info("leader election: released the Lease")
         except Exception as exc:  # it expires on its own anyway
-            log.warning("leader election: could not release the Lease: %s", _describe(exc))
-
-
-def _describe(exc: BaseException) -> str:
-    """One line, with the API server's reason (a 403 names the verb and resource) but no headers."""
-    status = getattr(exc, "status", None)
-    if status is None:
-        return f"{type(exc).__name__}: {exc}"
-    body = getattr(exc, "body", None)
-    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
-    with contextlib.suppress(ValueError, AttributeError):
-        text = str(json.loads(text).get("message") or text)
-    return f"HTTP {status}: {text}"
+            log.warning("leader election: could not release the Lease: %s", kubeerrors.describe(exc))
 
 
 def load_kube_config() -> None:

@@ -72,6 +72,10 @@ class Settings(BaseModel):
     # This process's shard "I/N" (runner_operator.sharding; `run --shard I/N` sets it): it handles
     # the ManagedRunners of shard I only, holds that shard's Lease and spends 1/N of the budget.
     shard: str | None = None
+    # glibc only (runner_operator.allocator): at most this many malloc arenas (0: glibc's default of
+    # eight per core), and free heap pages handed back every this many seconds (0: never).
+    malloc_arenas: int = Field(default=2, ge=0)
+    malloc_trim_seconds: float = Field(default=60.0, ge=0)
     # Prometheus /metrics on this port (0 turns it off); bind failures are logged, never fatal.
     metrics_port: int = Field(default=9090, ge=0, le=65535)
 

@@ -167,7 +167,7 @@ async def test_a_refused_write_says_which_grant_is_missing_in_one_line(
         await handlers._scheduled_pass(_memo(_body([FIN])), "u1")
     assert len(objects.calls) == 1  # not retried: only a change of RBAC helps
     lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
-    assert lines == [f"status write of ns/r refused: {message}"]
+    assert lines == [f"status write of ns/r refused: HTTP 403: {message}"]
 
 
 async def test_an_object_deleting_without_our_finalizer_is_not_scheduled() -> None:
