@@ -211,7 +211,11 @@ class TokenRegistry:
         self._protected.discard((namespace, name))
 
     async def resolve(
-        self, res: resource.ManagedRunnerResource, *, env: bool = True, fresh: bool = False
+        self,
+        res: resource.ManagedRunnerResource | resource.SecretRefs,
+        *,
+        env: bool = True,
+        fresh: bool = False,
     ) -> Resolved:
         """The token for this resource and, with `env`, the values of every Secret its env references.
 
@@ -226,20 +230,21 @@ class TokenRegistry:
             shared = shared or earlier
             return data
 
-        token = await self._token(res, read)
+        refs = res if isinstance(res, resource.SecretRefs) else res.secret_refs()
+        token = await self._token(refs, read)
         values: dict[tuple[str, str], str] = {}
-        for ref in res.env_secret_refs() if env else ():
-            data = await read(res.namespace, ref.name)
+        for ref in refs.env if env else ():
+            data = await read(refs.namespace, ref.name)
             if data is None:
                 raise CredentialsProblem(
-                    Reason.SECRET_NOT_FOUND, f"Secret {res.namespace}/{ref.name} (env) not found"
+                    Reason.SECRET_NOT_FOUND, f"Secret {refs.namespace}/{ref.name} (env) not found"
                 )
             if ref.key not in data:
                 raise CredentialsProblem(
-                    Reason.SECRET_KEY_MISSING, f"Secret {res.namespace}/{ref.name} has no key {ref.key!r}"
+                    Reason.SECRET_KEY_MISSING, f"Secret {refs.namespace}/{ref.name} has no key {ref.key!r}"
                 )
             values[(ref.name, ref.key)] = data[ref.key]
-        own = res.spec.credentials.secret_ref.name if res.spec.credentials else None
+        own = refs.credentials.name if refs.credentials else None
         return Resolved(token=token, env=values, secret=own, shared=shared)
 
     async def _read_secret(
@@ -384,12 +389,12 @@ class TokenRegistry:
         self._slots.clear()
         self._used.clear()
 
-    async def _token(self, res: resource.ManagedRunnerResource, read: Reader) -> SecretStr:
-        ref = res.spec.credentials.secret_ref if res.spec.credentials else None
+    async def _token(self, refs: resource.SecretRefs, read: Reader) -> SecretStr:
+        ref = refs.credentials
         if ref is not None:
-            return await self._from_secret(read, res.namespace, ref.name, ref.key, "spec.credentials")
+            return await self._from_secret(read, refs.namespace, ref.name, ref.key, "spec.credentials")
         if self.settings.default_secret or self.settings.default_token is not None:
-            await self._may_use_default(res.namespace, read)
+            await self._may_use_default(refs.namespace, read)
         if self.settings.default_secret:
             namespace, _, rest = self.settings.default_secret.partition("/")
             name, _, key = rest.partition(":")

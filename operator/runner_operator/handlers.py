@@ -25,6 +25,7 @@ import kopf
 
 from runner_operator import allocator, cadence, claiming, kubeerrors, metrics, reconciling, resource, settings
 from runner_operator import credentials as creds
+from runner_operator.cloud.errors import CloudError
 from runner_operator.cloud.runners import Runners
 from runner_operator.credentials import (
     TokenRegistry,
@@ -35,6 +36,7 @@ from runner_operator.credentials import (
 from runner_operator.quiet import QuietPasses
 from runner_operator.reconciling import CredentialsProblem, Outcome
 from runner_operator.scheduling import CREATE, STEADY, Bodies, Scheduler
+from runner_operator.status import StatusPatch
 from runner_operator.tenancy import DefaultCredentialScope
 from runner_operator.workqueue import WorkQueue
 
@@ -392,6 +394,9 @@ async def _scheduled_pass(memo: kopf.Memo, uid: str) -> float | None:
     deadline the pass keeps retrying, slower, with Stalled=True; a decommission that is only waiting
     writes nothing (no per-retry progress in status, unlike kopf's handler retries).
     """
+    skipped = await _still_quiet(memo, uid)
+    if skipped is not None:
+        return skipped
     raw = memo.bodies.get(uid)
     if raw is None:
         return None  # gone
@@ -424,6 +429,62 @@ async def _scheduled_pass(memo: kopf.Memo, uid: str) -> float | None:
         deleting=deleting,
     )
     return after.delay
+
+
+async def _still_quiet(memo: kopf.Memo, uid: str) -> float | None:
+    """When to look again if this pass would repeat the object's last quiet pass, judged without
+    unpacking or parsing the object (`reconciling.unchanged_since`); None: run the pass in full.
+
+    Its Secrets are resolved as a full pass resolves them (a rotation changes the fingerprint), and
+    any doubt (a Secret unreadable, the list failing) leaves the decision to the full pass.
+    """
+    quiet: QuietPasses | None = memo.get("quiet")
+    recipe = quiet.recipe(uid) if quiet is not None else None
+    version = memo.bodies.version(uid)
+    if quiet is None or not isinstance(recipe, reconciling.Recipe) or version != recipe.version:
+        return None
+    credentials: TokenRegistry = memo.credentials
+    try:
+        resolved = await credentials.resolve(recipe.secrets)
+        async with credentials.turn(resolved.token):
+            now = datetime.datetime.now(datetime.UTC)
+            ctx = _resolved_context(
+                reconciling.Context(
+                    now=now,
+                    deletion_timeout=CONFIG.deletion_timeout,
+                    claimed_by=claiming.claimed_by(
+                        recipe.runner_id,
+                        recipe.namespace,
+                        uid,
+                        (memo.indexes.get("claims") or {}).get(recipe.runner_id, ()),
+                    ),
+                    bound_here=memo.bound.get(uid),
+                ),
+                resolved,
+                uid,
+            )
+            cloud = Runners(
+                credentials.client(resolved.token),
+                credentials.cache(resolved.token),
+                INTERVALS.freshness(recipe.cadence),
+            )
+            if not await reconciling.unchanged_since(quiet, uid, version, cloud, ctx):
+                return None
+    except (CredentialsProblem, CloudError):
+        return None
+    _record(memo.metrics, uid, Outcome(StatusPatch(), unchanged=True))
+    return INTERVALS.of(recipe.cadence)
+
+
+def _resolved_context(ctx: reconciling.Context, resolved: creds.Resolved, uid: str) -> reconciling.Context:
+    """A pass's context with what its credentials resolved to (the fingerprint, never the token)."""
+    return dataclasses.replace(
+        ctx,
+        secrets=resolved.env,
+        credential=creds.fingerprint(resolved.token, uid),
+        credentials_secret=resolved.secret,
+        track_secret=True,
+    )
 
 
 async def _commit(
@@ -672,13 +733,9 @@ async def _with_credentials(
         # Only the creation backlog takes turns: a pass for a bound runner mostly reads the shared
         # list, and queueing it behind hundreds of creates would hide installs finishing meanwhile.
         async with credentials.turn(resolved.token, creating=creating and not res.status.get("runnerId")):
-            used = dataclasses.replace(
-                ctx,
-                now=datetime.datetime.now(datetime.UTC),  # the turn may have taken a while
-                secrets=resolved.env,
-                credential=creds.fingerprint(resolved.token, res.uid),
-                credentials_secret=resolved.secret,
-                track_secret=True,
+            # The turn may have taken a while: `now` is taken after it.
+            used = _resolved_context(
+                dataclasses.replace(ctx, now=datetime.datetime.now(datetime.UTC)), resolved, res.uid
             )
             cloud = Runners(credentials.client(resolved.token), credentials.cache(resolved.token), max_age)
             return await reconciling.reconcile(res, cloud, used, quiet)

@@ -32,18 +32,24 @@ def fingerprint(*parts: str | bytes | None) -> bytes:
 
 @dataclass
 class QuietPasses:
-    """Per object: the fingerprint of its last quiet pass and when that pass's stamps fall due."""
+    """Per object: the fingerprint of its last quiet pass, when that pass's stamps fall due, and the
+    recipe of its inputs (what to read to fingerprint the next pass without parsing the object)."""
 
-    _seen: dict[str, tuple[bytes, datetime]] = field(default_factory=dict)
+    _seen: dict[str, tuple[bytes, datetime, object]] = field(default_factory=dict)
 
     def still(self, uid: str, seen: bytes, now: datetime) -> bool:
         """Whether a pass with these inputs at `now` would repeat the last quiet pass exactly."""
         found = self._seen.get(uid)
         return found is not None and found[0] == seen and now < found[1]
 
-    def remember(self, uid: str, seen: bytes, due: datetime) -> None:
+    def remember(self, uid: str, seen: bytes, due: datetime, recipe: object = None) -> None:
         """A pass with these inputs wrote, sent and reported nothing; its stamps are refreshed at `due`."""
-        self._seen[uid] = (seen, due)
+        self._seen[uid] = (seen, due, recipe)
+
+    def recipe(self, uid: str) -> object:
+        """What the last quiet pass of this object was given with its fingerprint (None: nothing)."""
+        found = self._seen.get(uid)
+        return None if found is None else found[2]
 
     def forget(self, uid: str) -> None:
         """The last pass was not quiet (or the object is gone): the next one runs in full."""

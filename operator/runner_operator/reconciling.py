@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 
-from runner_operator import planning, resource
+from runner_operator import cadence, planning, resource
 from runner_operator.cloud import errors
 from runner_operator.cloud.models import CloudRunner, InstallStatus
 from runner_operator.cloud.runners import Runners
@@ -40,12 +41,14 @@ __all__ = [
     "CredentialsProblem",
     "Event",
     "Outcome",
+    "Recipe",
     "facts_for",
     "failed",
     "never_sent",
     "reconcile",
     "released",
     "request_key",
+    "unchanged_since",
     "unreadable",
 ]
 
@@ -92,10 +95,53 @@ async def reconcile(
         and outcome.quiet(res.status)
         and await cloud.entry(res.spec.runner_id, refresh=False) is entry
     ):
-        quiet.remember(res.uid, digest, due)
+        policy = res.spec.maintenance_policy
+        change = policy.next_change(ctx.now) if policy else None
+        recipe = Recipe(
+            version=str(res.resource_version),
+            runner_id=res.spec.runner_id,
+            namespace=res.namespace,
+            secrets=res.secret_refs(),
+            frozen=frozen(res, ctx.now),
+            cadence=cadence.of_status(res.status).cadence,
+        )
+        # `frozen` holds until the next exclusion boundary: the recipe is valid until then at most.
+        quiet.remember(res.uid, digest, min(due, change) if change else due, recipe)
     else:
         quiet.forget(res.uid)
     return outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """What a steady pass of an unchanged object reads, apart from the object itself."""
+
+    version: str
+    """the object's resourceVersion: any edit to spec, status or metadata changes it."""
+    runner_id: str
+    namespace: str
+    secrets: resource.SecretRefs
+    frozen: bool
+    """inside a maintenance exclusion; it holds until the remembered due time."""
+    cadence: cadence.Cadence
+    """of the object's status, which a skipped pass leaves as it is."""
+
+
+async def unchanged_since(quiet: QuietPasses, uid: str, version: str, cloud: Runners, ctx: Context) -> bool:
+    """Whether a steady pass of this object, now at `version`, would repeat its last quiet pass.
+
+    The same fingerprint as the full pass computes (`_inputs`), taken from the recipe that pass left
+    instead of from the parsed object: at resync 60 s most passes end here, and parsing every object
+    every minute was most of the operator's steady CPU (bench/RESULTS.md, "Steady passes without
+    parsing"). `ctx` carries this pass's credentials, claims and binding, resolved from the recipe.
+    """
+    recipe = quiet.recipe(uid)
+    if not isinstance(recipe, Recipe) or recipe.version != version:
+        return False
+    entry = await cloud.entry(recipe.runner_id)
+    if entry is None:
+        return False
+    return quiet.still(uid, _digest(version, entry, ctx, recipe.frozen), ctx.now)
 
 
 async def _inputs(
@@ -111,19 +157,22 @@ async def _inputs(
     entry = await cloud.entry(res.spec.runner_id)
     if entry is None:
         return None
+    return entry, _digest(res.resource_version, entry, ctx, frozen(res, ctx.now))
+
+
+def _digest(version: str, entry: bytes, ctx: Context, is_frozen: bool) -> bytes:
     secrets = sorted(f"{name}/{key}={value}" for (name, key), value in ctx.secrets.items())
-    digest = fingerprint(
-        res.resource_version,
+    return fingerprint(
+        version,
         entry,
         ctx.claimed_by,
         ctx.bound_here,
         ctx.credential,
         ctx.credentials_secret,
         str(ctx.track_secret),
-        str(frozen(res, ctx.now)),  # an exclusion ending may let WhenAvailable apply an update
+        str(is_frozen),  # an exclusion ending may let WhenAvailable apply an update
         *secrets,
     )
-    return entry, digest
 
 
 async def _reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: Context) -> Outcome:

@@ -9,6 +9,7 @@ conversion to the CoreWeave wire format, and no kopf/httpx/kubernetes imports.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Self
 
@@ -66,6 +67,21 @@ class MaintenanceExclusion(K8sModel):
 class MaintenancePolicy(K8sModel):
     windows: tuple[MaintenanceWindow, ...] = ()
     exclusions: tuple[MaintenanceExclusion, ...] = ()
+
+    def next_change(self, moment: datetime) -> datetime | None:
+        """The first exclusion start or end after `moment` (when `excludes` may next answer otherwise);
+        None if none is ahead (an unreadable time is always inside, so it never changes)."""
+        ahead: list[datetime] = []
+        for exclusion in self.exclusions:
+            for text in (exclusion.start_time, exclusion.end_time):
+                try:
+                    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+                except ValueError:
+                    continue
+                at = at.replace(tzinfo=at.tzinfo or UTC)
+                if at > moment:
+                    ahead.append(at)
+        return min(ahead, default=None)
 
     def excludes(self, moment: datetime) -> bool:
         """Whether `moment` falls inside an exclusion (an unreadable time counts as inside: it was meant
@@ -509,3 +525,21 @@ class ManagedRunnerResource(BaseModel):
     def env_secret_refs(self) -> tuple[SecretKeySelector, ...]:
         """Secret keys referenced by the runner's env, see ManagedRunnerSpec.env_secret_refs."""
         return self.spec.env_secret_refs()
+
+    def secret_refs(self) -> SecretRefs:
+        """Every Secret key a pass reads for this resource, without the rest of the spec."""
+        own = self.spec.credentials.secret_ref if self.spec.credentials else None
+        return SecretRefs(self.namespace, own, self.env_secret_refs())
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRefs:
+    """Which Secret keys a pass reads: the token's (None: the operator's default) and the env values'.
+
+    Small on purpose: a steady pass that would repeat the last one resolves its Secrets from this
+    alone, without parsing the object again (`reconciling.unchanged_since`).
+    """
+
+    namespace: str
+    credentials: SecretRef | None
+    env: tuple[SecretKeySelector, ...]

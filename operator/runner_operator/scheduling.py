@@ -94,6 +94,11 @@ class Bodies:
         kept = self._latest(uid)
         return None if kept is None else dict(json.loads(zlib.decompress(kept.packed)))
 
+    def version(self, uid: str) -> str | None:
+        """The resourceVersion of the body a pass would read now (None: not kept)."""
+        kept = self._latest(uid)
+        return None if kept is None else kept.resource_version
+
     def slot(self, uid: str) -> tuple[str, str]:
         """(lane, group) of an object: CREATE until the status names a runner, per credential."""
         kept = self._latest(uid)

@@ -68,6 +68,20 @@ class Object:
         raise AssertionError(f"never steady: {self.body['status']}")
 
 
+OTHER_INPUTS = pytest.mark.parametrize(
+    "change",
+    [
+        {"claimed_by": "ns/other"},
+        {"bound_here": "steady"},
+        {"credential": "another"},
+        {"credentials_secret": "coreweave-api"},
+        {"secrets": {("runner-extra", "token"): "rotated"}},
+    ],
+    ids=["claimed-by-another", "bound-here", "credential", "credentials-secret", "secret-value"],
+)
+"""Every input of a steady pass besides the object and its list entry."""
+
+
 @pytest.fixture
 async def obj(server: RunningServer, cloud: CloudClient) -> Object:
     found = Object(server, cloud)
@@ -97,17 +111,7 @@ async def test_an_edit_to_the_object_runs_the_pass(obj: Object) -> None:
     assert changed.calls == ("update",)
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"claimed_by": "ns/other"},
-        {"bound_here": "steady"},
-        {"credential": "another"},
-        {"credentials_secret": "coreweave-api"},
-        {"secrets": {("runner-extra", "token"): "rotated"}},
-    ],
-    ids=["claimed-by-another", "bound-here", "credential", "credentials-secret", "secret-value"],
-)
+@OTHER_INPUTS
 async def test_any_other_input_runs_the_pass(obj: Object, change: dict[str, Any]) -> None:
     obj.ctx.update(change)
     assert not (await obj.step()).unchanged
@@ -196,3 +200,96 @@ async def test_the_end_of_a_maintenance_exclusion_runs_the_pass(server: RunningS
     assert 0 < left < 300
     applied = await obj.step(left + 1)  # just past the exclusion's end: no other input changed
     assert applied.calls == ("applyAvailableUpdate",)
+
+
+# --- the same decision without parsing the object (reconciling.unchanged_since) ---------------------
+
+
+async def quick(obj: Object, seconds: float = 1.0) -> bool:
+    """What the scheduler's fast path decides: the recipe, the object's resourceVersion and the context."""
+    obj.clock.tick(seconds)
+    ctx = reconciling.Context(now=obj.start + timedelta(seconds=obj.clock()), deletion_timeout=600, **obj.ctx)
+    version = obj.body["metadata"]["resourceVersion"]
+    cloud = Runners(obj.cache.client, obj.cache, LIST_AGE)
+    return await reconciling.unchanged_since(obj.quiet, "u-1", version, cloud, ctx)
+
+
+async def test_a_quiet_pass_leaves_a_recipe_that_recognises_the_next_one(obj: Object) -> None:
+    recipe = obj.quiet.recipe("u-1")
+    assert isinstance(recipe, reconciling.Recipe)
+    assert (recipe.version, recipe.runner_id, recipe.frozen) == (
+        obj.body["metadata"]["resourceVersion"],
+        "steady",
+        False,
+    )
+    assert recipe.cadence == Cadence.SLOW
+    assert await quick(obj)
+
+
+@OTHER_INPUTS
+async def test_the_fast_path_and_the_full_pass_agree_on_every_input(
+    obj: Object, change: dict[str, Any]
+) -> None:
+    assert await quick(obj, 0)
+    obj.ctx.update(change)
+    assert not await quick(obj, 0)
+    assert not (await obj.step(0)).unchanged
+
+
+async def test_an_edit_to_the_object_is_never_judged_from_the_recipe(obj: Object) -> None:
+    obj.edit(displayName="new name")
+    assert not await quick(obj)
+
+
+async def test_a_drifted_list_entry_is_never_judged_from_the_recipe(
+    server: RunningServer, obj: Object
+) -> None:
+    server.simulator.edit_out_of_band("steady", {"displayName": "edited in the console"})
+    assert await quick(obj), "the snapshot has not been refreshed yet"
+    assert not await quick(obj, LIST_AGE), "the refreshed list shows the edit"
+    corrected = await obj.step(0)
+    assert corrected.calls == ("update",)
+
+
+async def test_without_a_recipe_or_after_its_due_time_the_pass_runs(obj: Object) -> None:
+    due = outcomes.stamps_due(obj.body["status"])
+    assert due is not None
+    left = (due - (obj.start + timedelta(seconds=obj.clock()))).total_seconds()
+    assert not await quick(obj, left + 1)
+    obj.quiet.forget("u-1")
+    assert not await quick(obj, 0)
+
+
+async def test_a_recipe_expires_at_the_next_exclusion_boundary(obj: Object) -> None:
+    """Whether now is inside an exclusion is taken from the recipe, so it must not outlive a boundary."""
+    now = obj.start + timedelta(seconds=obj.clock())
+    starts = now + timedelta(seconds=200)
+    exclusion = {
+        "startTime": starts.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "endTime": (starts + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    obj.edit(maintenancePolicy={"exclusions": [exclusion]})
+    await obj.steady()
+    recipe = obj.quiet.recipe("u-1")
+    assert isinstance(recipe, reconciling.Recipe)
+    assert not recipe.frozen
+    assert await quick(obj, 0)
+    left = (starts - (obj.start + timedelta(seconds=obj.clock()))).total_seconds()
+    assert 0 < left < 200
+    assert not await quick(obj, left + 1), "past the exclusion's start the recipe no longer holds"
+
+
+def test_the_next_exclusion_boundary() -> None:
+    policy = resource.MaintenancePolicy.model_validate(
+        {
+            "exclusions": [
+                {"startTime": "2026-12-20T00:00:00Z", "endTime": "2027-01-04T00:00:00Z"},
+                {"startTime": "not a time", "endTime": "2026-12-25T00:00:00Z"},
+            ]
+        }
+    )
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    assert policy.next_change(at) == datetime(2026, 12, 20, tzinfo=UTC)
+    assert policy.next_change(datetime(2026, 12, 21, tzinfo=UTC)) == datetime(2026, 12, 25, tzinfo=UTC)
+    assert policy.next_change(datetime(2026, 12, 26, tzinfo=UTC)) == datetime(2027, 1, 4, tzinfo=UTC)
+    assert policy.next_change(datetime(2027, 2, 1, tzinfo=UTC)) is None
