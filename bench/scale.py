@@ -32,7 +32,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import urllib3
@@ -211,8 +211,15 @@ def start_simulator(args: argparse.Namespace, work: Path, quota: bool) -> tuple[
     raise RuntimeError("simulator did not start")
 
 
+class Kubeconfig(Protocol):
+    """What an operator needs of a cluster: a LocalCluster, or any cluster given by a kubeconfig."""
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+
 def start_operator(
-    cluster: LocalCluster,
+    cluster: Kubeconfig,
     ns: str,
     url: str,
     args: argparse.Namespace,
@@ -657,12 +664,23 @@ def decommission(
     cpu_before = proc_usage(op.pid)[1]
     t_delete = time.time()
     # One DeleteCollection: the API server marks every object deleted, as a namespace teardown does.
-    try:
-        custom.delete_collection_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _request_timeout=900)
-    except urllib3.exceptions.ProtocolError as exc:
-        # At N = 3,000 the response (every object, about 40 MB) broke off after the deletion was
-        # accepted; the watch below says whether every object was marked and went.
-        print(f"bench: DeleteCollection response broke off ({exc!r}); following the watch", flush=True)
+    for attempt in range(1, 11):
+        try:
+            custom.delete_collection_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, _request_timeout=900
+            )
+        except urllib3.exceptions.ProtocolError as exc:
+            # At N = 3,000 the response (every object, about 40 MB) broke off after the deletion was
+            # accepted; the watch below says whether every object was marked and went.
+            print(f"bench: DeleteCollection response broke off ({exc!r}); following the watch", flush=True)
+        except client.ApiException as exc:
+            if exc.status != 504:
+                raise
+            # The API server's own request timeout (60 s) can end a DeleteCollection of thousands
+            # part-way on a loaded machine: send it again for the objects not marked yet.
+            print(f"bench: DeleteCollection timed out on the server (attempt {attempt}); again", flush=True)
+            continue
+        break
     t_marked = time.time()
     timeline: dict[int, int] = {}
     while watcher.tally().gone < n and time.time() - t_delete < 60 * 40:
