@@ -4,8 +4,8 @@ The Kubernetes client's calls run on the default thread pool, and glibc gives th
 arenas (up to eight per core): pages freed in one arena are not reused by another, and freed pages
 below an arena's top are kept. So RSS stays near the high-water mark of every burst (a mass
 creation, a list of thousands of runners, a mass deletion) long after it. Fewer arenas and a
-periodic `malloc_trim` hand that memory back (bench/RESULTS.md, "Allocator"). On another C library
-(musl, macOS) both are no-ops.
+periodic `malloc_trim` hand that memory back; their effect alone is measured with bench.steady_cpu's
+`+RUNNER_OPERATOR_MALLOC_ARENAS=0` variant. On another C library (musl, macOS) both are no-ops.
 """
 
 from __future__ import annotations

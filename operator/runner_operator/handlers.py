@@ -454,7 +454,7 @@ async def _still_quiet(memo: kopf.Memo, uid: str) -> float | None:
                     deletion_timeout=CONFIG.deletion_timeout,
                     claimed_by=claiming.claimed_by(
                         recipe.runner_id,
-                        recipe.namespace,
+                        recipe.secrets.namespace,
                         uid,
                         (memo.indexes.get("claims") or {}).get(recipe.runner_id, ()),
                     ),

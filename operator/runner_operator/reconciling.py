@@ -100,7 +100,6 @@ async def reconcile(
         recipe = Recipe(
             version=str(res.resource_version),
             runner_id=res.spec.runner_id,
-            namespace=res.namespace,
             secrets=res.secret_refs(),
             frozen=frozen(res, ctx.now),
             cadence=cadence.of_status(res.status).cadence,
@@ -119,8 +118,8 @@ class Recipe:
     version: str
     """the object's resourceVersion: any edit to spec, status or metadata changes it."""
     runner_id: str
-    namespace: str
     secrets: resource.SecretRefs
+    """also the object's namespace."""
     frozen: bool
     """inside a maintenance exclusion; it holds until the remembered due time."""
     cadence: cadence.Cadence
