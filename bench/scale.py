@@ -594,6 +594,7 @@ def bench_size(
                 "restart_window_seconds": settle,
                 "restart_calls": len(log),
                 "restart_writes": sum(1 for e in log if e["method"] != "GET"),
+                "restart_calls_by_endpoint": dict(Counter(e["endpoint"] for e in log)),
                 "restart_peak_requests_per_second": max(per_second.values()) if per_second else 0,
                 "restart_objects_passed_in_window": observed,
                 "restart_seconds_until_every_object_passed": round(resynced_after, 1)
@@ -638,7 +639,9 @@ def drift(n: int, args: argparse.Namespace, ns: str, url: str) -> dict[str, Any]
         time.sleep(2.0)
         for e in requests(url):
             runner_id = e["path"].rsplit("/", 1)[-1].split(":", 1)[0]
-            if e["method"] == "PATCH" and runner_id in edited and runner_id not in corrected:
+            # Only an accepted PATCH corrects: a 429'd one is retried later (a restart once caught the retry).
+            accepted = e["status"] < 400
+            if e["method"] == "PATCH" and accepted and runner_id in edited and runner_id not in corrected:
                 corrected[runner_id] = e["at"] - edited[runner_id]
     latencies = sorted(corrected.values())
     return {

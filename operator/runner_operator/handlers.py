@@ -452,11 +452,8 @@ async def _still_quiet(memo: kopf.Memo, uid: str) -> float | None:
                 reconciling.Context(
                     now=now,
                     deletion_timeout=CONFIG.deletion_timeout,
-                    claimed_by=claiming.claimed_by(
-                        recipe.runner_id,
-                        recipe.secrets.namespace,
-                        uid,
-                        (memo.indexes.get("claims") or {}).get(recipe.runner_id, ()),
+                    claimed_by=_claimed_by(
+                        recipe.runner_id, recipe.secrets.namespace, uid, memo.indexes.get("claims") or {}
                     ),
                     bound_here=memo.bound.get(uid),
                 ),
@@ -676,7 +673,7 @@ async def _pass(
         ctx = reconciling.Context(
             now=datetime.datetime.now(datetime.UTC),
             deletion_timeout=CONFIG.deletion_timeout,
-            claimed_by=_claimed_by(res, claims or {}),
+            claimed_by=_claimed_by(res.spec.runner_id, res.namespace, res.uid, claims or {}),
             bound_here=memo.bound.get(uid),
         )
         credentials: TokenRegistry = memo.credentials
@@ -885,8 +882,9 @@ def _apply(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
         )
 
 
-def _claimed_by(res: resource.ManagedRunnerResource, index: Mapping[str, Any]) -> str | None:
-    return claiming.claimed_by(res.spec.runner_id, res.namespace, res.uid, index.get(res.spec.runner_id, ()))
+def _claimed_by(runner_id: str, namespace: str, uid: str, index: Mapping[str, Any]) -> str | None:
+    """Who else holds this runner ID, from the claims index (the full pass and the quiet check alike)."""
+    return claiming.claimed_by(runner_id, namespace, uid, index.get(runner_id, ()))
 
 
 def _message(outcome: Outcome | None) -> str:

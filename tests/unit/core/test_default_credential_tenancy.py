@@ -136,11 +136,15 @@ def claims(*entries: tuple[int, str, str, str]) -> dict[str, Any]:
     return {"r1": list(entries)}
 
 
+def claimed_by(res: resource.ManagedRunnerResource, index: dict[str, Any]) -> str | None:
+    return handlers._claimed_by(res.spec.runner_id, res.namespace, res.uid, index)
+
+
 def test_a_claim_from_another_namespace_is_reported_without_its_name() -> None:
     mine = in_namespace("team-a")
     other = (0, "2026-01-01T00:00:00Z", "team-b/theirs", "u-other")
-    assert handlers._claimed_by(mine, claims(other, (1, "2026-02-01T00:00:00Z", "team-a/r", mine.uid))) == (
+    assert claimed_by(mine, claims(other, (1, "2026-02-01T00:00:00Z", "team-a/r", mine.uid))) == (
         "in another namespace"  # "claimed by ManagedRunner in another namespace"
     )
     same = (0, "2026-01-01T00:00:00Z", "team-a/first", "u-other")
-    assert handlers._claimed_by(mine, claims(same)) == "team-a/first"
+    assert claimed_by(mine, claims(same)) == "team-a/first"
