@@ -2,13 +2,16 @@
 
     python -m bench.memprobe OUT_PREFIX run -n NAMESPACE
 
-Each SIGUSR1 writes OUT_PREFIX-<k>.txt: the top allocation sites (tracemalloc, 3 frames) and the
-most numerous live object types. A diagnostic for the scale benchmark, not part of the product.
+Each SIGUSR1 writes OUT_PREFIX-<k>.txt: the top allocation sites (tracemalloc, MEMPROBE_FRAMES
+frames, default 3), the live memory by the innermost operator or kopf frame that asked for it (give
+it enough frames to reach past json, pydantic and asyncio), and the most numerous live object types.
+A diagnostic for the scale benchmark, not part of the product.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import runpy
 import signal
 import sys
@@ -20,7 +23,7 @@ from types import FrameType
 def main() -> None:
     prefix = sys.argv[1]
     sys.argv = ["runner_operator.cli", *sys.argv[2:]]
-    tracemalloc.start(3)
+    tracemalloc.start(int(os.environ.get("MEMPROBE_FRAMES", "3")))
     taken = 0
 
     def dump(_signum: int, _frame: FrameType | None) -> None:
@@ -32,6 +35,19 @@ def main() -> None:
         for stat in snapshot.statistics("traceback")[:25]:
             lines.append(f"{stat.size / 2**20:8.1f} MiB {stat.count:9d} blocks")
             lines.extend(f"        {line}" for line in stat.traceback.format()[-6:])
+        lines.extend(["", "by the innermost operator or kopf frame (who asked for the memory):"])
+        owners: Counter[str] = Counter()
+        for trace in snapshot.traces:
+            ours = [
+                f
+                for f in reversed(trace.traceback)
+                if "/runner_operator/" in f.filename or "/kopf/" in f.filename
+            ]
+            owner = (
+                f"{'/'.join(ours[0].filename.rsplit('/', 2)[-2:])}:{ours[0].lineno}" if ours else "elsewhere"
+            )
+            owners[owner] += trace.size
+        lines.extend(f"{size / 2**20:8.2f} MiB  {owner}" for owner, size in owners.most_common(25))
         lines.append("")
         types = Counter(type(o).__name__ for o in gc.get_objects())
         lines.extend(f"{count:9d} {name}" for name, count in types.most_common(30))

@@ -639,8 +639,8 @@ def drift(n: int, args: argparse.Namespace, ns: str, url: str) -> dict[str, Any]
         time.sleep(2.0)
         for e in requests(url):
             runner_id = e["path"].rsplit("/", 1)[-1].split(":", 1)[0]
-            # Only an accepted PATCH corrects: a 429'd one is retried later (a restart once caught the retry).
-            accepted = e["status"] < 400
+            # Only an accepted PATCH corrects: a 429'd or dropped one (status 0) is retried later.
+            accepted = 200 <= e["status"] < 300
             if e["method"] == "PATCH" and accepted and runner_id in edited and runner_id not in corrected:
                 corrected[runner_id] = e["at"] - edited[runner_id]
     latencies = sorted(corrected.values())
