@@ -245,7 +245,7 @@ async def test_create_returns_the_stored_runner_with_server_defaults(cloud: Clou
     assert created.identity.cluster_name
     assert created.spec is not None
     assert created.spec.release_channel == models.ReleaseChannel.STABLE
-    assert created.policy == models.Policy()
+    assert created.policy == models.CloudPolicy()
     assert created.etag
     assert created.install_status == models.InstallStatus.PENDING
     assert created.create_time is not None
@@ -370,18 +370,18 @@ async def test_group_removed_from_desired_resets_to_default(cloud: CloudClient) 
 
 NEW_SPEC_VALUES: dict[str, Any] = {
     "release_channel": models.ReleaseChannel.RAPID,
-    "maintenance_policy": models.MaintenancePolicy(
-        windows=(models.MaintenanceWindow(cron="30 3 * * SUN", duration_seconds=7200),)
+    "maintenance_policy": models.CloudMaintenancePolicy(
+        windows=(models.CloudMaintenanceWindow(cron="30 3 * * SUN", duration_seconds=7200),)
     ),
-    "overrides": models.Overrides(
-        resources=models.RunnerResources(cpu_request="500m", cpu_limit="2"), args=("--verbose",)
+    "overrides": models.CloudOverrides(
+        resources=models.CloudRunnerResources(cpu_request="500m", cpu_limit="2"), args=("--verbose",)
     ),
     "enforce_resource_limits": True,
     "volumes": models.VolumesConfig(enabled=True),
-    "tenant_metrics": models.TenantMetrics(enabled=True, image="registry.example.com/m:2"),
-    "image_pull": models.ImagePull(policy=models.ImagePullPolicy.ALWAYS),
-    "data_plane": models.DataPlane(
-        custom=models.CustomExposure(advertised_uri="https://runner.example.com:443")
+    "tenant_metrics": models.CloudTenantMetrics(enabled=True, image="registry.example.com/m:2"),
+    "image_pull": models.CloudImagePull(policy=models.ImagePullPolicy.ALWAYS),
+    "data_plane": models.CloudDataPlane(
+        custom=models.CloudCustomExposure(advertised_uri="https://runner.example.com:443")
     ),
 }
 
@@ -430,11 +430,11 @@ async def test_removed_spec_field_is_reset_by_a_masked_absent_field(cloud: Cloud
 
 async def test_policy_change_carries_the_etag_and_rotates_it(cloud: CloudClient) -> None:
     observed = await create(cloud, runner(policy={"displayName": "old", "constraints": {"image": {}}}))
-    desired = changed(observed, policy=models.Policy(display_name="new"))
+    desired = changed(observed, policy=models.CloudPolicy(display_name="new"))
     update, result = await apply(cloud, desired, observed)
     assert update.mask == ("policy",)
     assert update.etag == observed.etag
-    assert result.policy == models.Policy(display_name="new")
+    assert result.policy == models.CloudPolicy(display_name="new")
     assert result.etag != observed.etag
     assert result.target_revision == observed.target_revision  # policy is delivered live
 
@@ -442,7 +442,7 @@ async def test_policy_change_carries_the_etag_and_rotates_it(cloud: CloudClient)
 async def test_several_changes_go_in_one_sorted_mask(cloud: CloudClient, sim: Simulator) -> None:
     observed = await create(cloud)
     desired = spec_with(observed, enforce_resource_limits=True, volumes=models.VolumesConfig(enabled=True))
-    desired = changed(desired, display_name="Both", policy=models.Policy(display_name="p"))
+    desired = changed(desired, display_name="Both", policy=models.CloudPolicy(display_name="p"))
     update, _ = await apply(cloud, desired, observed)
     assert update.mask == ("displayName", "policy", "spec.enforceResourceLimits", "spec.volumes")
     assert calls(sim, "update") == [200]
@@ -452,7 +452,7 @@ async def test_stale_etag_is_stale_etag_and_never_retried(cloud: CloudClient, si
     observed = await create(cloud, runner(policy={"displayName": "v1"}))
     assert observed.runner_id
     sim.edit_out_of_band(observed.runner_id, {"policy": {"displayName": "someone else"}})
-    update = compute_update(changed(observed, policy=models.Policy(display_name="mine")), observed)
+    update = compute_update(changed(observed, policy=models.CloudPolicy(display_name="mine")), observed)
     assert update is not None
     sim.log.clear()
     with pytest.raises(errors.StaleEtag) as caught:
@@ -462,14 +462,14 @@ async def test_stale_etag_is_stale_etag_and_never_retried(cloud: CloudClient, si
     assert calls(sim, "update") == [400]  # surfaced, not re-read and resent
     assert len(sim.log.entries) == 1
     fresh = await cloud.get(observed.runner_id)
-    assert fresh.policy == models.Policy(display_name="someone else")
+    assert fresh.policy == models.CloudPolicy(display_name="someone else")
 
 
 async def test_policy_update_without_etag_is_stale_etag(cloud: CloudClient, sim: Simulator) -> None:
     observed = await create(cloud)
     assert observed.runner_id
     with pytest.raises(errors.StaleEtag):
-        await cloud.update(observed.runner_id, models.CloudRunner(policy=models.Policy()), ["policy"])
+        await cloud.update(observed.runner_id, models.CloudRunner(policy=models.CloudPolicy()), ["policy"])
     assert calls(sim, "update") == [400]
 
 
@@ -605,7 +605,7 @@ async def test_policy_update_of_a_deleting_runner_is_not_a_stale_etag(cloud: Clo
     with pytest.raises(errors.FailedPrecondition) as caught:
         await cloud.update(
             created.runner_id or "",
-            models.CloudRunner(policy=models.Policy()),
+            models.CloudRunner(policy=models.CloudPolicy()),
             ["policy"],
             etag=created.etag,
         )

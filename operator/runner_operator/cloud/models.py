@@ -1,6 +1,8 @@
 """Wire models of the ManagedRunner API: tolerant readers of server JSON and exact request writers.
 
 Pure data, no I/O: never import httpx or kopf here. Fields that may hold secrets stay out of repr.
+A message that resource.py also models (the custom resource's view of the same part of the spec)
+is named `Cloud...` here, like `CloudRunner`, so the two are never confused.
 """
 
 from __future__ import annotations
@@ -143,54 +145,54 @@ class RunnerIdentity(WireModel):
 # --- spec -----------------------------------------------------------------------------------------
 
 
-class MaintenanceWindow(WireModel):
+class CloudMaintenanceWindow(WireModel):
     cron: str | None = None
     duration_seconds: int | None = None
 
 
-class MaintenanceExclusion(WireModel):
+class CloudMaintenanceExclusion(WireModel):
     start_time: Timestamp | None = None
     end_time: Timestamp | None = None
     reason: str | None = None
 
 
-class MaintenancePolicy(WireModel):
-    windows: tuple[MaintenanceWindow, ...] | None = None
-    exclusions: tuple[MaintenanceExclusion, ...] | None = None
+class CloudMaintenancePolicy(WireModel):
+    windows: tuple[CloudMaintenanceWindow, ...] | None = None
+    exclusions: tuple[CloudMaintenanceExclusion, ...] | None = None
 
 
-class Toleration(WireModel):
+class CloudToleration(WireModel):
     key: str | None = None
     operator: str | None = None
     value: str | None = None
     effect: str | None = None
 
 
-class RunnerResources(WireModel):
+class CloudRunnerResources(WireModel):
     cpu_request: Quantity | None = None
     memory_request: Quantity | None = None
     cpu_limit: Quantity | None = None
     memory_limit: Quantity | None = None
 
 
-class Scaling(WireModel):
+class CloudScaling(WireModel):
     replicas: int | None = None
     autoscaling_enabled: bool | None = None
     min_replicas: int | None = None
     max_replicas: int | None = None
 
 
-class Overrides(WireModel):
+class CloudOverrides(WireModel):
     """Overrides for the runner's own pods; `env` may hold secrets."""
 
     node_selector: StrMap | None = None
-    tolerations: tuple[Toleration, ...] | None = None
-    resources: RunnerResources | None = None
+    tolerations: tuple[CloudToleration, ...] | None = None
+    resources: CloudRunnerResources | None = None
     annotations: StrMap | None = None
     labels: StrMap | None = None
     env: StrMap | None = Field(default=None, repr=False)
     args: Strs | None = None
-    scaling: Scaling | None = None
+    scaling: CloudScaling | None = None
     cpu_runtime_class: str | None = None
     gpu_runtime_class: str | None = None
     affinity: JsonObject | None = None
@@ -202,20 +204,20 @@ class VolumesConfig(WireModel):
     csi_driver_allowlist: Strs | None = None
 
 
-class TenantMetrics(WireModel):
+class CloudTenantMetrics(WireModel):
     enabled: bool | None = None
     image: str | None = None
 
 
-class ImagePull(WireModel):
+class CloudImagePull(WireModel):
     policy: EnumName | None = None
 
 
-class ClusterIpExposure(WireModel):
+class CloudClusterIpExposure(WireModel):
     annotations: StrMap | None = None
 
 
-class LoadBalancerExposure(WireModel):
+class CloudLoadBalancerExposure(WireModel):
     scope: EnumName | None = None
     load_balancer_class: str | None = None
     annotations: StrMap | None = None
@@ -224,41 +226,41 @@ class LoadBalancerExposure(WireModel):
     hostname: str | None = None
 
 
-class CustomExposure(WireModel):
+class CloudCustomExposure(WireModel):
     advertised_uri: str | None = None
     service_annotations: StrMap | None = None
 
 
-class DataPlane(WireModel):
+class CloudDataPlane(WireModel):
     """Direct data-plane exposure; exactly one member is set when the object is present."""
 
     disabled: Empty | None = None
-    cluster_ip: ClusterIpExposure | None = None
-    load_balancer: LoadBalancerExposure | None = None
-    custom: CustomExposure | None = None
+    cluster_ip: CloudClusterIpExposure | None = None
+    load_balancer: CloudLoadBalancerExposure | None = None
+    custom: CloudCustomExposure | None = None
 
 
 class RunnerSpec(WireModel):
     release_channel: EnumName | None = None
-    maintenance_policy: MaintenancePolicy | None = None
-    overrides: Overrides | None = None
+    maintenance_policy: CloudMaintenancePolicy | None = None
+    overrides: CloudOverrides | None = None
     enforce_resource_limits: bool | None = None
     volumes: VolumesConfig | None = None
-    tenant_metrics: TenantMetrics | None = None
-    image_pull: ImagePull | None = None
-    data_plane: DataPlane | None = None
+    tenant_metrics: CloudTenantMetrics | None = None
+    image_pull: CloudImagePull | None = None
+    data_plane: CloudDataPlane | None = None
 
 
 # --- policy ---------------------------------------------------------------------------------------
 
 
-class PortRange(WireModel):
+class CloudPortRange(WireModel):
     protocol: str | None = None
     port: int | None = None
     end_port: int | None = None
 
 
-class CidrBlock(WireModel):
+class CloudCidrBlock(WireModel):
     cidr: str | None = None
     except_: Strs | None = Field(default=None, alias="except")
 
@@ -268,8 +270,8 @@ class Selector(WireModel):
     namespace_labels: StrMap | None = None
 
 
-class EgressRule(WireModel):
-    cidr: CidrBlock | None = None
+class CloudEgressRule(WireModel):
+    cidr: CloudCidrBlock | None = None
     https_hostname: str | None = Field(
         default=None, validation_alias=AliasChoices("httpsHostname", "https_hostname", "dnsName", "dns_name")
     )
@@ -282,17 +284,17 @@ class EgressRule(WireModel):
     tenant: EnumName | None = None
     any: bool | None = None
     selector: Selector | None = None
-    ports: tuple[PortRange, ...] | None = None
+    ports: tuple[CloudPortRange, ...] | None = None
 
 
-class IngressRule(WireModel):
-    cidr: CidrBlock | None = None
+class CloudIngressRule(WireModel):
+    cidr: CloudCidrBlock | None = None
     tenant: EnumName | None = None
     any: bool | None = None
-    ports: tuple[PortRange, ...] | None = None
+    ports: tuple[CloudPortRange, ...] | None = None
 
 
-class ResourceConstraints(WireModel):
+class CloudResourceConstraints(WireModel):
     max_cpu: Quantity | None = None
     max_memory: Quantity | None = None
     min_cpu: Quantity | None = None
@@ -306,14 +308,14 @@ class ResourceConstraints(WireModel):
     require_limits: bool | None = None
 
 
-class ImageConstraints(WireModel):
+class CloudImageConstraints(WireModel):
     allowed_registries: Strs | None = None
     allowed_images: Strs | None = None
 
 
-class NetworkConstraints(WireModel):
-    allowed_egress: tuple[EgressRule, ...] | None = None
-    default_egress: tuple[EgressRule, ...] | None = None
+class CloudNetworkConstraints(WireModel):
+    allowed_egress: tuple[CloudEgressRule, ...] | None = None
+    default_egress: tuple[CloudEgressRule, ...] | None = None
     deny_https_hostname_rules: bool | None = Field(
         default=None,
         validation_alias=AliasChoices(
@@ -321,11 +323,11 @@ class NetworkConstraints(WireModel):
         ),
     )
     dns_egress: EnumName | None = None
-    allowed_ingress: tuple[IngressRule, ...] | None = None
-    default_ingress: tuple[IngressRule, ...] | None = None
+    allowed_ingress: tuple[CloudIngressRule, ...] | None = None
+    default_ingress: tuple[CloudIngressRule, ...] | None = None
 
 
-class SecurityConstraints(WireModel):
+class CloudSecurityConstraints(WireModel):
     allow_privileged: bool | None = None
     allowed_capabilities: Strs | None = None
     allowed_seccomp_profiles: Strs | None = None
@@ -334,52 +336,52 @@ class SecurityConstraints(WireModel):
     default_gpu_runtime_class: str | None = None
 
 
-class InstanceConstraints(WireModel):
+class CloudInstanceConstraints(WireModel):
     allowed_instance_types: Strs | None = None
 
 
-class LifecycleConstraints(WireModel):
+class CloudLifecycleConstraints(WireModel):
     default_lifetime_seconds: int | None = None
 
 
-class MetadataConstraints(WireModel):
+class CloudMetadataConstraints(WireModel):
     denied_annotation_prefixes: Strs | None = None
     max_annotation_count: int | None = None
 
 
-class VolumeConstraints(WireModel):
+class CloudVolumeConstraints(WireModel):
     allowed_media: Strs | None = None
     max_size: Quantity | None = None
 
 
-class PolicyConstraints(WireModel):
-    resources: ResourceConstraints | None = None
-    image: ImageConstraints | None = None
-    network: NetworkConstraints | None = None
-    security: SecurityConstraints | None = None
-    instance: InstanceConstraints | None = None
-    lifecycle: LifecycleConstraints | None = None
-    metadata: MetadataConstraints | None = None
-    volumes: VolumeConstraints | None = None
+class CloudPolicyConstraints(WireModel):
+    resources: CloudResourceConstraints | None = None
+    image: CloudImageConstraints | None = None
+    network: CloudNetworkConstraints | None = None
+    security: CloudSecurityConstraints | None = None
+    instance: CloudInstanceConstraints | None = None
+    lifecycle: CloudLifecycleConstraints | None = None
+    metadata: CloudMetadataConstraints | None = None
+    volumes: CloudVolumeConstraints | None = None
 
 
-class SourceIpAllowlist(WireModel):
+class CloudSourceIpAllowlist(WireModel):
     """Present with no CIDRs denies every public source; absent means no restriction."""
 
     cidrs: Strs | None = None
 
 
-class ControlPlaneAccess(WireModel):
-    source_ip_allowlist: SourceIpAllowlist | None = None
+class CloudControlPlaneAccess(WireModel):
+    source_ip_allowlist: CloudSourceIpAllowlist | None = None
 
 
-class Policy(WireModel):
+class CloudPolicy(WireModel):
     """The runner's sandbox policy, always written whole; `base` may hold secrets."""
 
     display_name: str | None = None
     base: JsonObject | None = Field(default=None, repr=False)
-    constraints: PolicyConstraints | None = None
-    control_plane_access: ControlPlaneAccess | None = None
+    constraints: CloudPolicyConstraints | None = None
+    control_plane_access: CloudControlPlaneAccess | None = None
 
 
 # --- runner ---------------------------------------------------------------------------------------
@@ -399,7 +401,7 @@ class CloudRunner(WireModel):
     identity: RunnerIdentity | None = None
     display_name: str | None = None
     spec: RunnerSpec | None = None
-    policy: Policy | None = None
+    policy: CloudPolicy | None = None
     etag: str | None = None
     install_status: EnumName | None = None
     connection_status: EnumName | None = None

@@ -16,7 +16,7 @@ from tests.unit.cloud.fakes import BASE_URL, TOKEN, FakeApi, FakeClock, runner_j
 DESIRED = models.CloudRunner(
     identity=models.RunnerIdentity(runner_id="prod-1", zone="US-EAST-04A", cluster_id="c-1"),
     display_name="Prod",
-    policy=models.Policy(),
+    policy=models.CloudPolicy(),
     spec=models.RunnerSpec(release_channel=models.ReleaseChannel.RAPID),
     etag="ignored-on-create",
     install_status=models.InstallStatus.READY,
@@ -162,7 +162,7 @@ def test_runner_from_json_refuses_what_a_response_may_not_be(body: dict[str, obj
 
 async def test_update_sends_sorted_mask_and_etag(cloud: CloudClient, api: FakeApi) -> None:
     api.runners["prod-1"] = runner_json()
-    body = models.CloudRunner(display_name="New", policy=models.Policy(display_name="p"))
+    body = models.CloudRunner(display_name="New", policy=models.CloudPolicy(display_name="p"))
 
     updated = await cloud.update("prod-1", body, ["policy", "displayName", "policy"], etag="e1")
 
@@ -189,7 +189,7 @@ async def test_update_with_empty_mask_is_refused_locally(cloud: CloudClient, api
 async def test_stale_etag_is_surfaced_not_retried(cloud: CloudClient, api: FakeApi) -> None:
     api.runners["prod-1"] = runner_json()
     with pytest.raises(errors.StaleEtag) as caught:
-        await cloud.update("prod-1", models.CloudRunner(policy=models.Policy()), ["policy"], etag="old")
+        await cloud.update("prod-1", models.CloudRunner(policy=models.CloudPolicy()), ["policy"], etag="old")
     assert len(api.requests) == 1
     assert caught.value.code == "FAILED_PRECONDITION"
     assert "stale" in str(caught.value)

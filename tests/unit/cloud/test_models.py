@@ -73,9 +73,9 @@ def test_full_example_parses_to_snake_case_fields() -> None:
     assert runner.ready is True
     assert runner.spec is not None
     assert runner.spec.overrides is not None
-    assert runner.spec.overrides.scaling == models.Scaling(replicas=2, autoscaling_enabled=True)
+    assert runner.spec.overrides.scaling == models.CloudScaling(replicas=2, autoscaling_enabled=True)
     assert runner.spec.overrides.affinity == EXAMPLE["spec"]["overrides"]["affinity"]
-    assert runner.spec.data_plane == models.DataPlane(disabled=models.Empty())
+    assert runner.spec.data_plane == models.CloudDataPlane(disabled=models.Empty())
     assert runner.policy is not None
     assert runner.policy.constraints is not None
     assert runner.policy.constraints.resources is not None
@@ -101,10 +101,10 @@ def test_round_trip_keeps_every_present_field() -> None:
     [
         pytest.param({}, None, id="absent-policy"),
         pytest.param({"policy": None}, None, id="null-policy"),
-        pytest.param({"policy": {}}, models.Policy(), id="empty-policy"),
+        pytest.param({"policy": {}}, models.CloudPolicy(), id="empty-policy"),
     ],
 )
-def test_policy_presence(wire: dict[str, Any], expected: models.Policy | None) -> None:
+def test_policy_presence(wire: dict[str, Any], expected: models.CloudPolicy | None) -> None:
     runner = CloudRunner.model_validate(wire)
     assert runner.policy == expected
     assert ("policy" in to_wire(runner)) is (expected is not None)
@@ -112,15 +112,15 @@ def test_policy_presence(wire: dict[str, Any], expected: models.Policy | None) -
 
 @pytest.mark.parametrize("value", [7, "7", " 7"])
 def test_integers_accept_numbers_and_numeric_strings(value: object) -> None:
-    window = models.MaintenanceWindow.model_validate({"durationSeconds": value})
+    window = models.CloudMaintenanceWindow.model_validate({"durationSeconds": value})
     assert window.duration_seconds == 7
     assert to_wire(window) == {"durationSeconds": 7}
 
 
 def test_max_gpu_count_travels_as_string() -> None:
-    resources = models.ResourceConstraints.model_validate({"maxGpuCount": 4})
+    resources = models.CloudResourceConstraints.model_validate({"maxGpuCount": 4})
     assert to_wire(resources) == {"maxGpuCount": "4"}
-    assert to_wire(models.ResourceConstraints()) == {}
+    assert to_wire(models.CloudResourceConstraints()) == {}
 
 
 def test_unknown_fields_and_enum_values_do_not_break_parsing() -> None:
@@ -141,7 +141,7 @@ def test_unknown_fields_and_enum_values_do_not_break_parsing() -> None:
 
 
 def test_legacy_network_spellings_are_read_as_the_new_names() -> None:
-    network = models.NetworkConstraints.model_validate(
+    network = models.CloudNetworkConstraints.model_validate(
         {"denyDns": True, "allowedEgress": [{"dnsName": "*.example.com", "dnsNameExcept": ["a.example.com"]}]}
     )
     assert network.deny_https_hostname_rules is True
@@ -152,7 +152,7 @@ def test_legacy_network_spellings_are_read_as_the_new_names() -> None:
 
 
 def test_cidr_except_uses_the_reserved_word_on_the_wire() -> None:
-    block = models.CidrBlock.model_validate({"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]})
+    block = models.CloudCidrBlock.model_validate({"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]})
     assert block.except_ == ("10.1.0.0/16",)
     assert to_wire(block) == {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}
 
