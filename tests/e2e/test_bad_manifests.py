@@ -1,4 +1,4 @@
-"""Every manifest in tests/e2e/bad_manifests is rejected by the real API server at apply time.
+"""Every manifest in tests/support/bad_manifests is rejected by the real API server at apply time.
 
 The rejection comes from the CRD alone (structural OpenAPI schema + CEL); no operator runs. Each case
 gets a fresh namespace and is sent twice, as `kubectl apply --server-side` and as `kubectl create`, and
@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from runner_operator import cli, schemacheck
-from tests.e2e.bad_manifests import DIR, Case, cases
-from tests.e2e.good_manifests import manifests as good_manifests
 from tests.e2e.kube import Kube
+from tests.support.bad_manifests import DIR, Case, cases
+from tests.support.good_manifests import manifests as good_manifests
 from tests.testenv.localcluster import free_port
 from tests.testenv.tools import tool
 

@@ -29,12 +29,13 @@ import yaml
 from kubernetes import client
 
 from runner_operator import schemacheck
-from tests.e2e import packaging_chart as chart
 from tests.e2e import test_lifecycle as lifecycle
 from tests.e2e.conftest import CRD_PATH, E2E_TIMINGS
+from tests.e2e.deployed import DeployedOperator
 from tests.e2e.harness import GROUP, PLURAL, VERSION, SimulatorThread, condition, manifest
 from tests.e2e.kube import Kube, json_object, wait_for
-from tests.e2e.packaging_chart import ROOT, DeployedOperator, Grant
+from tests.support import chart
+from tests.support.chart import ROOT, Grant
 from tests.testenv.tools import tool
 
 PERMISSION_TIMEOUT = 30

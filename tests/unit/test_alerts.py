@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from runner_operator import metrics, reasons
-from tests.e2e.packaging_chart import ROOT, one, render
+from tests.support.chart import ROOT, one, render
 from tests.testenv.tools import tool
 
 CHART = ROOT / "helm" / "managed-runner-operator"

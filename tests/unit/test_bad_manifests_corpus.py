@@ -1,4 +1,4 @@
-"""The bad-manifest corpus (tests/e2e/bad_manifests) is well-formed; the e2e tier proves each is rejected."""
+"""The bad-manifest corpus (tests/support/bad_manifests) is well-formed; the e2e tier rejects each."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.bad_manifests import CATEGORIES, DIR, Case, cases
+from tests.support.bad_manifests import CATEGORIES, DIR, Case, cases
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = cases()

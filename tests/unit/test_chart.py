@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e import packaging_chart as chart
-from tests.e2e.packaging_chart import ROOT, VALUE_SETS, find, one, render
+from tests.support import chart
+from tests.support.chart import ROOT, VALUE_SETS, find, one, render
 
 # Bad values and the message a user sees.
 INVALID: dict[str, tuple[dict[str, Any], str]] = {

@@ -1,4 +1,4 @@
-"""The good-manifest twins (tests/e2e/good_manifests): the API accepts each, the CRD's cron rule too.
+"""The good-manifest twins (tests/support/good_manifests): the API accepts each, the CRD's cron rule too.
 
 The e2e tier applies them to the real API server; here the simulator (the contract) must accept
 each as a create, and the CRD's cron expression is checked on both sides of the line.
@@ -17,8 +17,8 @@ from runner_operator import resource
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.errors import InvalidArgument
 from runner_operator.desired import desired_runner
-from tests.e2e.bad_manifests import cases
-from tests.e2e.good_manifests import api_refusal, manifests
+from tests.support.bad_manifests import cases
+from tests.support.good_manifests import api_refusal, manifests
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "crds" / "managedrunners.sandbox.coreweave.com.yaml"
@@ -77,5 +77,5 @@ def test_the_crd_cron_rule(cron: str, valid: bool) -> None:
 
 
 def test_each_good_twin_parses_as_yaml_with_its_tabs() -> None:
-    doc = yaml.safe_load((ROOT / "tests" / "e2e" / "good_manifests" / "good-cron-tabs.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "tests" / "support" / "good_manifests" / "good-cron-tabs.yaml").read_text())
     assert "\t" in doc["spec"]["maintenancePolicy"]["windows"][0]["cron"]
