@@ -33,21 +33,14 @@ def main() -> None:
         snapshot = tracemalloc.take_snapshot()
         current, peak = tracemalloc.get_traced_memory()
         lines = [f"traced now {current / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB", ""]
-        for stat in snapshot.statistics("traceback")[:25]:
+        stats = snapshot.statistics("traceback")  # one per distinct traceback, not per live block
+        for stat in stats[:25]:
             lines.append(f"{stat.size / 2**20:8.1f} MiB {stat.count:9d} blocks")
             lines.extend(f"        {line}" for line in stat.traceback.format()[-6:])
         lines.extend(["", "by the innermost operator or kopf frame (who asked for the memory):"])
         owners: Counter[str] = Counter()
-        for trace in snapshot.traces:
-            ours = [
-                f
-                for f in reversed(trace.traceback)
-                if "/runner_operator/" in f.filename or "/kopf/" in f.filename
-            ]
-            owner = (
-                f"{'/'.join(ours[0].filename.rsplit('/', 2)[-2:])}:{ours[0].lineno}" if ours else "elsewhere"
-            )
-            owners[owner] += trace.size
+        for stat in stats:
+            owners[_owner(stat.traceback)] += stat.size
         lines.extend(f"{size / 2**20:8.2f} MiB  {owner}" for owner, size in owners.most_common(25))
         lines.append("")
         types = Counter(type(o).__name__ for o in gc.get_objects())
@@ -57,6 +50,14 @@ def main() -> None:
 
     signal.signal(signal.SIGUSR1, dump)
     runpy.run_module("runner_operator.cli", run_name="__main__", alter_sys=True)
+
+
+def _owner(traceback: tracemalloc.Traceback) -> str:
+    """The innermost operator or kopf frame of an allocation, as "folder/file.py:line"."""
+    for frame in reversed(traceback):
+        if "/runner_operator/" in frame.filename or "/kopf/" in frame.filename:
+            return f"{'/'.join(frame.filename.rsplit('/', 2)[-2:])}:{frame.lineno}"
+    return "elsewhere"
 
 
 if __name__ == "__main__":
