@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import copy
 import gc
+import json
 import subprocess
 import sys
 import time
@@ -48,6 +49,8 @@ BASE_URL = "https://api.bench"
 TOKEN = "CW-SECRET-bench"
 ENV_SECRETS = {("runner-extra", "registry-mirror-token"): "bench-registry-token"}
 MAX_AGE = 60.0
+RENAMED = {"ManagedRunner": "CloudRunner"}
+"""old name -> current name in cloud/models.py, for --baseline revisions from before the rename."""
 
 
 class Clock:
@@ -77,8 +80,14 @@ def populate(count: int) -> tuple[Simulator, list[str]]:
 
 
 def serve(sim: Simulator) -> Callable[[httpx.Request], httpx.Response]:
+    """The simulator's answers; each list page is encoded once (time is frozen, so it stays the same):
+    refresh times then measure the client and the cache, not the in-process server."""
+    encoded: dict[str, bytes] = {}
+
     def handle(request: httpx.Request) -> httpx.Response:
         params = request.url.params
+        if request.url.path == COLLECTION and str(request.url) in encoded:
+            return httpx.Response(200, content=encoded[str(request.url)])
         try:
             if request.url.path == COLLECTION:
                 data = sim.list_runners(params.get("pageSize"), params.get("pageToken"), copy=False)
@@ -86,6 +95,9 @@ def serve(sim: Simulator) -> Callable[[httpx.Request], httpx.Response]:
                 data = sim.get(request.url.path.rsplit("/", 1)[-1], copy=False)
         except ApiError as exc:
             return httpx.Response(exc.http_status or 500, json={"code": exc.code, "message": str(exc)})
+        if request.url.path == COLLECTION:
+            encoded[str(request.url)] = json.dumps(data).encode()
+            return httpx.Response(200, content=encoded[str(request.url)])
         return httpx.Response(200, json=data)
 
     return handle
@@ -99,6 +111,10 @@ def baseline_module(rev: str) -> types.ModuleType:
         capture_output=True,
         text=True,
     ).stdout
+    # Names a baseline imports that were renamed since (issue #15: the cloud's runner is CloudRunner).
+    for old_name, current in RENAMED.items():
+        if not hasattr(models, old_name):
+            setattr(models, old_name, getattr(models, current))
     module = types.ModuleType(f"baseline_cache_{rev}")
     sys.modules[module.__name__] = module  # dataclasses look their module up
     exec(compile(source, f"{rev}:cache.py", "exec"), module.__dict__)
@@ -111,6 +127,7 @@ async def measure(impl: types.ModuleType, sim: Simulator, ids: list[str]) -> dic
     async with CloudClient(
         BASE_URL, TOKEN, transport=httpx.MockTransport(serve(sim)), budget=unlimited
     ) as cloud:
+        await impl.RunnerCache(cloud, clock=Clock()).find(ids[0], max_age=MAX_AGE)  # pages encoded
         clock = Clock()
         cache: Any = impl.RunnerCache(cloud, clock=clock)
         gc.collect()

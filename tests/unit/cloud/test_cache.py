@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import tracemalloc
+import zlib
 from collections.abc import AsyncIterator
 
 import httpx
@@ -390,3 +391,73 @@ async def test_a_list_that_breaks_off_reports_nothing(pages: Pages, paged: Cloud
     with pytest.raises(errors.InvalidArgument):
         await cache.find("r-0", max_age=5)
     assert told == [], "only a complete list is compared"
+
+
+# --- what a list costs ----------------------------------------------------------------------------
+
+
+async def test_a_list_is_not_taken_more_often_than_its_pages_allow(pages: Pages, paged: CloudClient) -> None:
+    """Three pages (PAGE_SIZE 2, five runners): at most one list per 4 s, whatever age a pass asks for."""
+    clock = FakeClock(100.0)
+    cache = RunnerCache(paged, clock=clock)
+    await cache.find("r-0", max_age=1)
+    assert cache.stats.lists == 1
+    clock.now += 3
+    await cache.find("r-1", max_age=1)
+    assert cache.stats.lists == 1, "3 s after a 3-page list: the same list"
+    clock.now += 2
+    await cache.find("r-1", max_age=1)
+    assert cache.stats.lists == 2
+    assert await cache.find("r-1", max_age=0) is not None
+    assert cache.stats.direct_gets == 1, "max_age 0 still reads now"
+    assert len(await cache.identities(0)) == 5
+    assert cache.stats.lists == 3, "identities(0) still lists now"
+
+
+async def test_our_write_answers_for_the_runner_as_long_as_a_list_would(
+    pages: Pages, paged: CloudClient
+) -> None:
+    """Between lists a written runner is served by its write's response, not by a GET per pass."""
+    clock = FakeClock(100.0)
+    cache = RunnerCache(paged, clock=clock)
+    written = await cache.find("r-0", max_age=1)
+    assert written is not None
+    clock.now += 0.5
+    cache.note_write("r-0", written)
+    clock.now += 3  # the response is 3 s old: older than asked for, younger than the 4 s between lists
+    assert await cache.find("r-0", max_age=1) is written
+    assert cache.stats.direct_gets == 0
+    assert cache.stats.lists == 1
+
+
+async def test_a_refresh_compresses_only_the_entries_that_changed(
+    pages: Pages, paged: CloudClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(100.0)
+    cache = RunnerCache(paged, clock=clock)
+    kept = {rid: await cache.entry(rid, max_age=5) for rid in pages.api.runners}
+    compressed: list[bytes] = []
+    real = zlib.compress
+
+    def counting(data: bytes, level: int = -1) -> bytes:
+        compressed.append(data)
+        return real(data, level)
+
+    monkeypatch.setattr(zlib, "compress", counting)
+    pages.api.runners["r-1"]["displayName"] = "edited"
+    clock.now += 10
+    again = {rid: await cache.entry(rid, max_age=5) for rid in pages.api.runners}
+    assert len(compressed) == 1
+    assert b"edited" in compressed[0]
+    assert all(again[rid] is kept[rid] for rid in kept if rid != "r-1"), "unchanged: the same bytes"
+    assert again["r-1"] != kept["r-1"]
+    found = await cache.find("r-1", max_age=5)
+    assert found is not None
+    assert found.display_name == "edited"
+
+
+async def test_an_entry_with_a_number_past_64_bits_is_kept(pages: Pages, paged: CloudClient) -> None:
+    pages.api.runners["r-0"]["someCounter"] = 2**70  # valid JSON that orjson refuses to write
+    cache = RunnerCache(paged, clock=FakeClock(100.0))
+    assert await cache.find("r-0", max_age=5) is not None
+    assert cache.stats.direct_gets == 0

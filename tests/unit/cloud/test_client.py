@@ -137,6 +137,15 @@ async def test_iter_entries_gives_identities_and_the_entries_as_listed(
     assert listed == [("a", api.runners["a"]), ("b", api.runners["b"])]
 
 
+async def test_a_response_json_parser_refuses_still_parses_as_the_stdlib_does(
+    cloud: CloudClient, api: FakeApi
+) -> None:
+    """orjson parses responses; a number past 64 bits (valid JSON it refuses) falls back to the stdlib."""
+    api.runners["a"] = runner_json("a") | {"someCounter": 2**70}
+    listed = [entry async for _, entry in cloud.iter_entries()]
+    assert listed[0]["someCounter"] == 2**70
+
+
 async def test_iter_entries_refuses_an_unreadable_identity(cloud: CloudClient, api: FakeApi) -> None:
     api.runners["a"] = runner_json("a")
     api.runners["a"]["identity"] = "a"
