@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
@@ -20,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner_operator import jsoncodec
 from runner_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def _pack(body: Mapping[str, Any]) -> bytes:
     meta = dict(raw.get("metadata") or {})
     meta.pop("managedFields", None)
     raw["metadata"] = meta
-    return zlib.compress(json.dumps(raw, separators=(",", ":")).encode(), 1)
+    return zlib.compress(jsoncodec.dumps(raw), 1)
 
 
 def _older(version: str, than: str) -> bool:
@@ -92,7 +92,7 @@ class Bodies:
 
     def get(self, uid: str) -> dict[str, Any] | None:
         kept = self._latest(uid)
-        return None if kept is None else dict(json.loads(zlib.decompress(kept.packed)))
+        return None if kept is None else dict(jsoncodec.loads(zlib.decompress(kept.packed)))
 
     def version(self, uid: str) -> str | None:
         """The resourceVersion of the body a pass would read now (None: not kept)."""

@@ -18,7 +18,7 @@ SECONDS_PER_PAGE per page of the last list past the first, whatever age a pass a
 now). Up to one page (PAGE_SIZE runners) nothing changes; at 10,000 runners a pass in flight sees a
 list up to 18 s old instead of starting a 10-page list every 2-3 s, which kept two cores busy
 (bench/RESULTS.md, "N = 10,000"). A refresh compresses only the entries whose content changed (a
-16-byte digest tells), and writes each entry with orjson (a tenth of the stdlib's time).
+16-byte digest tells), and writes each entry with `jsoncodec` (orjson).
 """
 
 from __future__ import annotations
@@ -26,15 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-import orjson
-
+from runner_operator import jsoncodec
 from runner_operator.cloud.client import CloudClient, runner_from_json
 from runner_operator.cloud.models import CloudRunner, RunnerIdentity
 
@@ -190,7 +188,7 @@ class RunnerCache:
             if identity.runner_id:
                 # In place: a replaced entry is fresher than `_taken`, which stays true for the rest.
                 heartbeat = entry.pop(HEARTBEAT, None)
-                raw = _dumps(entry)
+                raw = jsoncodec.dumps(entry)
                 digest = hashlib.blake2b(raw, digest_size=16).digest()
                 before = self._snapshot.get(identity.runner_id)
                 same = before is not None and before.digest == digest
@@ -223,12 +221,4 @@ def _unpack(found: _Entry) -> bytes:
     if found.heartbeat is None:
         return raw
     sep = b"," if raw != b"{}" else b""
-    return raw[:-1] + sep + json.dumps({HEARTBEAT: found.heartbeat}, separators=(",", ":"))[1:].encode()
-
-
-def _dumps(entry: dict[str, Any]) -> bytes:
-    """Compact JSON of a list entry (orjson: a tenth of the stdlib's time, bench/snapshot_memory.py)."""
-    try:
-        return orjson.dumps(entry)
-    except TypeError:  # what orjson does not take (an integer past 64 bits), the stdlib does
-        return json.dumps(entry, separators=(",", ":")).encode()
+    return raw[:-1] + sep + jsoncodec.dumps({HEARTBEAT: found.heartbeat})[1:]

@@ -7,7 +7,6 @@ reaches a repr, a log line or an exception.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -16,9 +15,9 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-import orjson
 import pydantic
 
+from runner_operator import jsoncodec
 from runner_operator.cloud import budget as budgets
 from runner_operator.cloud import errors, models
 from runner_operator.cloud.retrying import RetryPolicy
@@ -267,7 +266,7 @@ class CloudClient:
         if not response.content:
             return {}
         try:
-            data = _loads(response.content)
+            data = jsoncodec.loads(response.content)
         except ValueError:
             return errors.IncompatibleServer("response is not JSON", http_status=response.status_code)
         if not isinstance(data, dict):
@@ -279,15 +278,6 @@ class CloudClient:
     def _observe(self, method: str, path: str, code: str, started: float) -> None:
         if self._observer is not None:
             self._observer(endpoint_of(method, path), code, max(0.0, self._clock() - started))
-
-
-def _loads(content: bytes) -> Any:
-    """Parse a response body: orjson (a list page of 1,000 runners in a third of the stdlib's time,
-    bench/RESULTS.md), or the stdlib for what orjson refuses (an integer past 64 bits)."""
-    try:
-        return orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return json.loads(content)
 
 
 def endpoint_of(method: str, path: str) -> str:
