@@ -95,6 +95,11 @@ def main() -> int:
         help="without --baseline: the current tree with this operator environment is the baseline",
     )
     parser.add_argument(
+        "--skip-decommission",
+        action="store_true",
+        help="end each size after the restart (its runners go with the bench's cluster)",
+    )
+    parser.add_argument(
         "--memprobe",
         type=Path,
         default=None,
@@ -606,7 +611,8 @@ def bench_size(
                 "operator_rss_mb_peak_after_restart": round(peak_rss(op.pid), 1),
             }
         )
-        run.figures.update(decommission(n, args, custom, ns, url, op, watcher))
+        if not args.skip_decommission:
+            run.figures.update(decommission(n, args, custom, ns, url, op, watcher))
     finally:
         watcher.stop()
         for proc in (op, sim):
@@ -779,6 +785,7 @@ def render(runs: list[Run], args: argparse.Namespace) -> str:
             if args.baseline_env and not args.baseline
             else ""
         )
+        + (" --skip-decommission" if args.skip_decommission else "")
         + "`",
         "",
         f"Machine: {os.cpu_count()} cores, "

@@ -1,10 +1,10 @@
-"""JSON to and from bytes on the hot paths (list pages, list entries, kept object bodies).
+"""JSON to and from bytes on the hot paths: list entries and the kept object bodies.
 
-orjson, the field's fast JSON library: writing a list entry takes a tenth of the stdlib's time and
-parsing a page of 1,000 runners a third (bench/RESULTS.md, "Lists at N = 3,000 and 10,000"). What
-orjson refuses but JSON allows (an integer past 64 bits) goes through the stdlib, so no input is
-read differently than before. Output is compact, keys in insertion order, like
-`json.dumps(separators=(",", ":"), ensure_ascii=False)`.
+orjson, the field's fast JSON library: writing a list entry takes a tenth of the stdlib's time
+(bench/snapshot_memory.py). What orjson refuses but JSON allows (an integer past 64 bits) goes
+through the stdlib, so no input is read differently. Output is compact, keys in insertion order,
+like `json.dumps(separators=(",", ":"), ensure_ascii=False)`. `loads` is for documents of a few KB;
+a list page is parsed with the stdlib (cloud/client.py says why).
 """
 
 from __future__ import annotations

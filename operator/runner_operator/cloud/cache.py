@@ -83,7 +83,8 @@ class RunnerCache:
     async def find(
         self, runner_id: str, max_age: float, *, trust_absence: bool = False
     ) -> CloudRunner | None:
-        """The runner as of at most `max_age` seconds ago (or fresher).
+        """The runner as of at most `max_age` seconds ago (or fresher), or as old as the time between
+        lists that the snapshot's size allows, if that is longer (`_affordable`); 0: a GET now.
 
         None comes from a direct GET unless `trust_absence`: callers for whom "absent" leads to no
         write (a runner not yet created) may skip that GET. A listed entry that does not parse raises
