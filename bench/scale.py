@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import concurrent.futures
 import copy
 import json
 import os
@@ -93,6 +94,12 @@ def main() -> int:
         default=None,
         metavar="KEY=VALUE[,KEY=VALUE]",
         help="without --baseline: the current tree with this operator environment is the baseline",
+    )
+    parser.add_argument(
+        "--apply-threads",
+        type=int,
+        default=1,
+        help="objects created at once by the driver (1: one after another, like kubectl apply)",
     )
     parser.add_argument(
         "--skip-decommission",
@@ -494,11 +501,15 @@ def bench_size(
     try:
         time.sleep(3)  # operator start-up, not part of the measurement
         applied: dict[str, tuple[float, dict[str, Any]]] = {}
-        t0 = time.time()
-        for i in range(n):
+
+        def apply(i: int) -> None:
             body = runner_body(args.spec, ns, i)
             created = _create(custom, ns, body)
             applied[body["metadata"]["name"]] = (time.time(), created)
+
+        t0 = time.time()
+        with concurrent.futures.ThreadPoolExecutor(args.apply_threads) as pool:
+            list(pool.map(apply, range(n)))
         t_applied = time.time()
         probed = time.time()
         while len(watcher.ready_at) < n and time.time() - t0 < 60 * 30:
@@ -785,6 +796,7 @@ def render(runs: list[Run], args: argparse.Namespace) -> str:
             if args.baseline_env and not args.baseline
             else ""
         )
+        + (f" --apply-threads {args.apply_threads}" if args.apply_threads != 1 else "")
         + (" --skip-decommission" if args.skip_decommission else "")
         + "`",
         "",
