@@ -256,6 +256,18 @@ async def _plan(args: argparse.Namespace) -> int:
 
     manifests = commands.load_manifests(args.filename)
     cluster = None if args.offline else await asyncio.to_thread(_cluster, args.kubeconfig)
+    try:
+        return await _plan_with(args, manifests, cluster)
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+async def _plan_with(
+    args: argparse.Namespace, manifests: list[dict[str, Any]], cluster: livecluster.Cluster | None
+) -> int:
+    from runner_operator import commands
+
     namespace = args.namespace or (cluster.namespace if cluster else "default")
     manifests = [_in_namespace(doc, namespace) for doc in manifests]
     notes = []

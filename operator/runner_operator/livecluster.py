@@ -24,11 +24,16 @@ SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 
 class Cluster:
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self._api = api
         self.objects = client.CustomObjectsApi(api)
         self.namespace = namespace
         """the kubeconfig context's namespace: where a manifest without one would go."""
         self._listed: dict[str, list[dict[str, Any]]] = {}
         """the ManagedRunners this user may list, read once per plan (by the namespace asked for)."""
+
+    def close(self) -> None:
+        """Close the pooled TLS connections (left to the garbage collector, they warn when collected)."""
+        self._api.close()  # type: ignore[no-untyped-call]
 
     def live(self, doc: Mapping[str, Any]) -> tuple[dict[str, Any] | None, tuple[claiming.Claim, ...]]:
         """The ManagedRunner the manifest names (None if absent) and every claim on its runner ID."""

@@ -18,7 +18,8 @@ from tests.testenv import localcluster
 def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     external = request.config.getoption("--kubeconfig")
     if external:
-        yield Kube(Path(external))
+        with Kube(Path(external)) as given:
+            yield given
         return
     if not localcluster.binaries_present():
         message = "no Kubernetes control plane: run tests/testenv/build.sh (or pass --kubeconfig)"
@@ -32,7 +33,8 @@ def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         cluster.stop()
         pytest.fail(f"the local control plane did not start: {exc}", pytrace=False)
     try:
-        yield Kube(cluster.kubeconfig, cluster=cluster)
+        with Kube(cluster.kubeconfig, cluster=cluster) as local:
+            yield local
     finally:
         cluster.stop()
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from tests.e2e.harness import OperatorProcess
 from tests.support.chart import ROOT
+from tests.support.probes import http_status
 from tests.testenv.localcluster import free_port
 
 
@@ -71,13 +72,3 @@ class DeployedOperator(OperatorProcess):
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
             return str(response.read().decode())
-
-
-def http_status(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return None

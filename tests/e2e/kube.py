@@ -54,6 +54,16 @@ class Kube:
     def __post_init__(self) -> None:
         self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
 
+    def close(self) -> None:
+        """Close the pooled TLS connections: left to the garbage collector, a socket warns (an error here)."""
+        self.api.close()  # type: ignore[no-untyped-call]
+
+    def __enter__(self) -> Kube:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     @property
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api)

@@ -532,16 +532,20 @@ def test_namespace_editors_create_and_viewers_list_managed_runners(
         return any("managedrunners" in (rule.resources or []) for rule in rules)
 
     wait_for(aggregated, timeout=30, what="the chart's roles aggregated into `edit`")
-    editor = Kube(kube.sa_kubeconfig(team, "editor"))
-    viewer = Kube(kube.sa_kubeconfig(team, "viewer"))
-    body = manifest("by-an-editor")
-    editor.custom.create_namespaced_custom_object(GROUP, VERSION, team, PLURAL, body)
-    listed = json_object(viewer.custom.list_namespaced_custom_object(GROUP, VERSION, team, PLURAL))
-    assert [item["metadata"]["name"] for item in listed["items"]] == ["by-an-editor"]
-    with pytest.raises(client.ApiException) as refused:
-        viewer.custom.create_namespaced_custom_object(GROUP, VERSION, team, PLURAL, manifest("by-a-viewer"))
-    assert refused.value.status == 403
-    editor.custom.delete_namespaced_custom_object(GROUP, VERSION, team, PLURAL, "by-an-editor")
+    with (
+        Kube(kube.sa_kubeconfig(team, "editor")) as editor,
+        Kube(kube.sa_kubeconfig(team, "viewer")) as viewer,
+    ):
+        body = manifest("by-an-editor")
+        editor.custom.create_namespaced_custom_object(GROUP, VERSION, team, PLURAL, body)
+        listed = json_object(viewer.custom.list_namespaced_custom_object(GROUP, VERSION, team, PLURAL))
+        assert [item["metadata"]["name"] for item in listed["items"]] == ["by-an-editor"]
+        with pytest.raises(client.ApiException) as refused:
+            viewer.custom.create_namespaced_custom_object(
+                GROUP, VERSION, team, PLURAL, manifest("by-a-viewer")
+            )
+        assert refused.value.status == 403
+        editor.custom.delete_namespaced_custom_object(GROUP, VERSION, team, PLURAL, "by-an-editor")
     purge(kube, team)
 
 

@@ -389,6 +389,9 @@ def _http_ok(url: str, *, context: ssl.SSLContext | None = None, token: str | No
     try:
         with urllib.request.urlopen(request, timeout=2, context=context) as response:
             return bool(response.status == 200)
+    except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the unread answer's connection (a TLS socket that warns when collected)
+        return False
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
@@ -398,6 +401,9 @@ def _http_text(url: str, *, context: ssl.SSLContext | None = None) -> str:
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as response:
             return str(response.read().decode()) if response.status == 200 else ""
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return ""
     except (urllib.error.URLError, OSError, ValueError):
         return ""
 

@@ -7,8 +7,6 @@ the Lease, so two operators never act at once.
 from __future__ import annotations
 
 import socket
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 
 import pytest
@@ -16,6 +14,7 @@ import pytest
 from runner_operator import leases, sharding
 from runner_operator.leader import Conflict, Elector, standby_health
 from tests.clock import FakeClock
+from tests.support.probes import http_status
 
 T = leases.Timing()
 
@@ -171,12 +170,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
+def status(url: str) -> int | None:
+    return http_status(url, timeout=5)
 
 
 def test_a_standby_answers_the_probe_while_it_can_read_the_lease(clock: FakeClock) -> None:
