@@ -38,7 +38,7 @@ from runner_operator.reconciling import CredentialsProblem, Outcome
 from runner_operator.scheduling import CREATE, STEADY, Bodies, Scheduler
 from runner_operator.status import StatusPatch
 from runner_operator.tenancy import DefaultCredentialScope
-from runner_operator.workqueue import WorkQueue
+from runner_operator.workqueue import Slot, WorkQueue
 
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
 FINALIZER = resource.FINALIZER
@@ -125,8 +125,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # objects they mutate (kopf's live indexes are only passed to handlers, so `seen` stores them).
     memo.indexes = {}
 
-    def slot(uid: str) -> tuple[str, str]:
-        return (STEADY, "") if uid in memo.bound else bodies.slot(uid)
+    def slot(uid: str) -> Slot:
+        return Slot(STEADY) if uid in memo.bound else bodies.slot(uid)
 
     async def run(uid: str) -> float | None:
         return await _scheduled_pass(memo, uid)

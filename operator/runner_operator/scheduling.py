@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner_operator import jsoncodec
-from runner_operator.workqueue import WorkQueue
+from runner_operator.workqueue import Slot, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ class Kept:
     runner_id: str | None
     """the runner the status says this object holds: a change to it in the shared list wakes it."""
     deleting: bool = False
+    reserved: bool = False
+    """its create key is reserved (the create is next): ahead of objects not yet looked at."""
 
 
 def _pack(body: Mapping[str, Any]) -> bytes:
@@ -99,10 +101,11 @@ class Bodies:
         kept = self._latest(uid)
         return None if kept is None else kept.resource_version
 
-    def slot(self, uid: str) -> tuple[str, str]:
-        """(lane, group) of an object: CREATE until the status names a runner, per credential."""
+    def slot(self, uid: str) -> Slot:
+        """Where an object waits: CREATE until the status names a runner, per credential, and first
+        in line once its create key is reserved."""
         kept = self._latest(uid)
-        return (STEADY, "") if kept is None else (kept.lane, kept.group)
+        return Slot(STEADY) if kept is None else Slot(kept.lane, kept.group, kept.reserved)
 
     def _latest(self, uid: str) -> Kept | None:
         written = self._written.get(uid)
@@ -141,6 +144,7 @@ def _keep(body: Mapping[str, Any]) -> Kept:
         lane=STEADY if status.get("runnerId") else CREATE,
         runner_id=status.get("runnerId") or None,
         deleting=bool(meta.get("deletionTimestamp")),
+        reserved=bool(status.get("createRequestId")) and not status.get("runnerId"),
         group=f"{meta.get('namespace')}/{secret}" if secret else "default",
     )
 
@@ -151,7 +155,7 @@ class Scheduler:
 
     queue: WorkQueue
     run: Callable[[str], Awaitable[float | None]]
-    slot: Callable[[str], tuple[str, str]]
+    slot: Callable[[str], Slot]
     clock: Callable[[], float] = time.monotonic
     rng: Callable[[], float] = random.random
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -160,8 +164,7 @@ class Scheduler:
 
     def add(self, key: str, delay: float) -> None:
         """Look at `key` within `delay` seconds (sooner if it is already due sooner)."""
-        lane, group = self.slot(key)
-        self.queue.add(key, self.clock() + delay, lane=lane, group=group)
+        self.queue.add(key, self.clock() + delay, self.slot(key))
         self._wake.set()
 
     def forget(self, key: str) -> None:
@@ -190,12 +193,10 @@ class Scheduler:
         except asyncio.CancelledError:
             raise
         except Exception:
-            lane, group = self.slot(key)
-            delay = self.queue.failed(key, self.clock(), self.rng(), lane=lane, group=group)
+            delay = self.queue.failed(key, self.clock(), self.rng(), self.slot(key))
             log.exception("pass for %s failed; looking again in %.1fs", key, delay)
         else:
-            lane, group = self.slot(key)
-            self.queue.done(key, self.clock(), after, lane=lane, group=group)
+            self.queue.done(key, self.clock(), after, self.slot(key))
         finally:
             self._wake.set()
 

@@ -7,6 +7,9 @@ rate-limited work queue, replacing one kopf timer per object:
 - lanes and groups: each (lane, group) pair has its own limit of running passes, so creates for
   one credential cannot hold every slot while another credential's runners wait (fairness per
   credential), and steady passes never queue behind a creation backlog;
+- first in line: among due keys of one (lane, group), those added with `first` are taken before
+  the rest, so work already under way (a create whose key is reserved) is not queued behind a
+  backlog of objects not yet looked at;
 - failure backoff: a pass that raises is retried after base * 2**failures seconds (capped,
   jittered), reset by the next pass that ends normally.
 
@@ -19,6 +22,7 @@ import heapq
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,22 @@ class Backoff:
         return step * (0.5 + jitter / 2)
 
 
+class Slot(NamedTuple):
+    """Where a key waits: its lane and group share a limit; `first` keys are taken before the rest."""
+
+    lane: str = ""
+    group: str = ""
+    first: bool = False
+
+
+ANY = Slot()
+"""The slot of a queue used without lanes (no limit, no order but due time)."""
+
+
 @dataclass
 class _Entry:
     due: float
-    lane: str
-    group: str
+    slot: Slot
 
 
 @dataclass
@@ -51,27 +66,27 @@ class WorkQueue:
     """Running passes allowed per group in each lane; a lane not named here is unbounded."""
     backoff: Backoff = field(default_factory=Backoff)
     _queued: dict[str, _Entry] = field(default_factory=dict)
-    _heaps: dict[tuple[str, str], list[tuple[float, int, str]]] = field(default_factory=dict)
+    _heaps: dict[Slot, list[tuple[float, int, str]]] = field(default_factory=dict)
     _running: dict[str, tuple[str, str]] = field(default_factory=dict)
     _held: dict[str, _Entry] = field(default_factory=dict)
     _busy: dict[tuple[str, str], int] = field(default_factory=dict)
     _failures: dict[str, int] = field(default_factory=dict)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
 
-    def add(self, key: str, at: float, *, lane: str = "", group: str = "") -> None:
+    def add(self, key: str, at: float, slot: Slot = ANY) -> None:
         """Queue `key` at `at`, or earlier if it is already due sooner; held if its pass is running."""
         if key in self._running:
             held = self._held.get(key)
             if held is None or at < held.due:
-                self._held[key] = _Entry(at, lane, group)
+                self._held[key] = _Entry(at, slot)
             return
         found = self._queued.get(key)
-        if found is not None and found.due <= at and (found.lane, found.group) == (lane, group):
+        if found is not None and found.due <= at and found.slot == slot:
             return
         if found is not None:
             at = min(at, found.due)
-        self._queued[key] = _Entry(at, lane, group)
-        heapq.heappush(self._heaps.setdefault((lane, group), []), (at, next(self._seq), key))
+        self._queued[key] = _Entry(at, slot)
+        heapq.heappush(self._heaps.setdefault(slot, []), (at, next(self._seq), key))
 
     def forget(self, key: str) -> None:
         """Drop a key (the object is gone or no longer ours); a running pass ends without requeueing."""
@@ -79,37 +94,39 @@ class WorkQueue:
         self._held.pop(key, None)
         self._failures.pop(key, None)
         if key in self._running:
-            self._held[key] = _Entry(float("inf"), "", "")  # a marker: nothing after the running pass
+            self._held[key] = _Entry(float("inf"), ANY)  # a marker: nothing after the running pass
 
     def take(self, now: float) -> list[str]:
-        """The keys due by `now` that their limits allow, marked running, earliest first per group."""
+        """The keys due by `now` that their limits allow, marked running: per (lane, group), `first`
+        keys before the rest, earliest due first."""
         taken: list[tuple[float, str]] = []
-        for slot, heap in self._heaps.items():
-            room = self.limits.get(slot[0])
-            while heap and heap[0][0] <= now and (room is None or self._busy.get(slot, 0) < room):
+        for slot in sorted(self._heaps, key=lambda s: not s.first):
+            heap, limited = self._heaps[slot], (slot.lane, slot.group)
+            room = self.limits.get(slot.lane)
+            while heap and heap[0][0] <= now and (room is None or self._busy.get(limited, 0) < room):
                 due, _, key = heapq.heappop(heap)
                 entry = self._queued.get(key)
-                if entry is None or entry.due != due or (entry.lane, entry.group) != slot:
+                if entry is None or entry.due != due or entry.slot != slot:
                     continue  # superseded by a later add or a forget
                 del self._queued[key]
-                self._running[key] = slot
-                self._busy[slot] = self._busy.get(slot, 0) + 1
+                self._running[key] = limited
+                self._busy[limited] = self._busy.get(limited, 0) + 1
                 taken.append((due, key))
         self._heaps = {slot: heap for slot, heap in self._heaps.items() if heap}
         return [key for _, key in sorted(taken)]
 
-    def done(self, key: str, now: float, after: float | None, *, lane: str = "", group: str = "") -> None:
+    def done(self, key: str, now: float, after: float | None, slot: Slot = ANY) -> None:
         """The pass for `key` ended normally; look again `after` seconds from now (None: not by time)."""
         self._failures.pop(key, None)
         self._finish(key)
-        self._requeue(key, None if after is None else now + after, lane, group)
+        self._requeue(key, None if after is None else now + after, slot)
 
-    def failed(self, key: str, now: float, jitter: float, *, lane: str = "", group: str = "") -> float:
+    def failed(self, key: str, now: float, jitter: float, slot: Slot = ANY) -> float:
         """The pass for `key` raised: queue it after the backoff, returned in seconds."""
         failures = self._failures[key] = self._failures.get(key, 0) + 1
         delay = self.backoff.delay(failures, jitter)
         self._finish(key)
-        self._requeue(key, now + delay, lane, group)
+        self._requeue(key, now + delay, slot)
         return delay
 
     def next_due(self) -> float | None:
@@ -117,7 +134,11 @@ class WorkQueue:
         times = [
             heap[0][0]
             for slot, heap in self._heaps.items()
-            if heap and (self.limits.get(slot[0]) is None or self._busy.get(slot, 0) < self.limits[slot[0]])
+            if heap
+            and (
+                self.limits.get(slot.lane) is None
+                or self._busy.get((slot.lane, slot.group), 0) < self.limits[slot.lane]
+            )
         ]
         return min(times, default=None)
 
@@ -139,12 +160,12 @@ class WorkQueue:
             if not self._busy[slot]:
                 del self._busy[slot]
 
-    def _requeue(self, key: str, at: float | None, lane: str, group: str) -> None:
+    def _requeue(self, key: str, at: float | None, slot: Slot) -> None:
         held = self._held.pop(key, None)
         if held is not None and held.due == float("inf"):
             return  # forgotten while running
         if held is not None:
             # The pass that just ended knows the object better than the event that woke it meanwhile.
-            self.add(key, held.due if at is None else min(at, held.due), lane=lane, group=group)
+            self.add(key, held.due if at is None else min(at, held.due), slot)
         elif at is not None:
-            self.add(key, at, lane=lane, group=group)
+            self.add(key, at, slot)

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from runner_operator.scheduling import CREATE, STEADY, Bodies, Scheduler
-from runner_operator.workqueue import Backoff, WorkQueue
+from runner_operator.workqueue import Backoff, Slot, WorkQueue
 from tests.clock import FakeClock
 
 
-def _body(rv: str, runner_id: str | None = None, secret: str | None = None) -> dict[str, Any]:
+def _body(
+    rv: str, runner_id: str | None = None, secret: str | None = None, request_id: str | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"runnerId": "r", "policy": {"big": "x" * 5000}}
     if secret:
         spec["credentials"] = {"secretRef": {"name": secret}}
@@ -27,7 +29,10 @@ def _body(rv: str, runner_id: str | None = None, secret: str | None = None) -> d
             "managedFields": [{}],
         },
         "spec": spec,
-        "status": {"runnerId": runner_id} if runner_id else {},
+        "status": {
+            **({"runnerId": runner_id} if runner_id else {}),
+            **({"createRequestId": request_id} if request_id else {}),
+        },
     }
 
 
@@ -43,20 +48,23 @@ def test_bodies_are_kept_compressed_without_managed_fields() -> None:
 
 
 @pytest.mark.parametrize(
-    ("runner_id", "secret", "slot"),
+    ("runner_id", "secret", "request_id", "slot"),
     [
-        (None, None, (CREATE, "default")),
-        (None, "team-token", (CREATE, "ns/team-token")),
-        ("r-1", "team-token", (STEADY, "ns/team-token")),
+        (None, None, None, Slot(CREATE, "default")),
+        (None, "team-token", None, Slot(CREATE, "ns/team-token")),
+        (None, "team-token", "key-1", Slot(CREATE, "ns/team-token", first=True)),
+        ("r-1", "team-token", None, Slot(STEADY, "ns/team-token")),
+        ("r-1", "team-token", "key-1", Slot(STEADY, "ns/team-token")),
     ],
 )
-def test_lane_and_group_come_from_the_body(
-    runner_id: str | None, secret: str | None, slot: tuple[str, str]
+def test_lane_group_and_place_in_line_come_from_the_body(
+    runner_id: str | None, secret: str | None, request_id: str | None, slot: Slot
 ) -> None:
+    """A reserved create key puts the object first in its credential's line: its create is next."""
     bodies = Bodies()
-    bodies.put("u", _body("1", runner_id, secret))
+    bodies.put("u", _body("1", runner_id, secret, request_id))
     assert bodies.slot("u") == slot
-    assert bodies.slot("unknown") == (STEADY, "")
+    assert bodies.slot("unknown") == Slot(STEADY)
 
 
 def test_our_write_is_preferred_until_the_watch_shows_it() -> None:
@@ -100,7 +108,7 @@ def _scheduler(run: Any, limits: dict[str, int] | None = None) -> Scheduler:
     return Scheduler(
         WorkQueue(limits=limits or {}, backoff=Backoff(base=0.02, cap=0.05)),
         run=run,
-        slot=lambda key: (CREATE, "g") if key.startswith("c") else (STEADY, ""),
+        slot=lambda key: Slot(CREATE, "g") if key.startswith("c") else Slot(STEADY),
         clock=asyncio.get_running_loop().time,
     )
 
