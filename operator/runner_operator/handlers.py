@@ -86,19 +86,25 @@ class ShardDiffBase(kopf.StatusDiffBaseStorage):
             super().store(body=body, patch=patch, essence=essence)
 
 
+def tune(kopf_settings: kopf.OperatorSettings, config: settings.Settings) -> None:
+    """kopf's settings: our storage fields, Event source, retries, watch timeouts and list pages."""
+    kopf_settings.persistence.finalizer = KOPF_FINALIZER
+    kopf_settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
+    kopf_settings.persistence.diffbase_storage = ShardDiffBase(field="status.kopf.lastHandled")
+    kopf_settings.posting.loggers = False
+    # `kubectl describe` shows Events "From: managed-runner-operator", not "kopf".
+    kopf_settings.posting.reporting_component = EVENT_SOURCE
+    kopf_settings.posting.reporting_instance = socket.gethostname()
+    kopf_settings.posting.event_name_prefix = "managed-runner-"
+    kopf_settings.networking.error_backoffs = KUBE_RETRY_BACKOFFS
+    kopf_settings.watching.server_timeout = 300
+    kopf_settings.watching.client_timeout = 330
+    kopf_settings.watching.chunk_size = config.list_chunk_size or None
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.persistence.finalizer = KOPF_FINALIZER
-    settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
-    settings.persistence.diffbase_storage = ShardDiffBase(field="status.kopf.lastHandled")
-    settings.posting.loggers = False
-    # `kubectl describe` shows Events "From: managed-runner-operator", not "kopf".
-    settings.posting.reporting_component = EVENT_SOURCE
-    settings.posting.reporting_instance = socket.gethostname()
-    settings.posting.event_name_prefix = "managed-runner-"
-    settings.networking.error_backoffs = KUBE_RETRY_BACKOFFS
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    tune(settings, CONFIG)
     registry: metrics.Registry = memo.metrics  # made and served by the CLI, before leader election
     scope = DefaultCredentialScope.configure(
         CONFIG.default_credentials_namespaces,
