@@ -1,8 +1,9 @@
 """The kopf layer: the watch feeds the scheduler of passes, a spec change runs one at once, and
 `reconciling.Outcome`s become status writes, Events and the finalizer's removal.
 
-Only this module (and the CLI) imports kopf. kopf watches, indexes, runs the spec-change handler and
-posts Events; the operator's own scheduler runs every other pass and owns FINALIZER. kopf's
+Only this module (and the CLI) imports kopf. kopf watches, runs the spec-change handler and posts
+Events; the runner-claims and Secret-users indexes are the operator's (`indexing`: kopf's indexes
+cost O(N²) at a start); the operator's own scheduler runs every other pass and owns FINALIZER. kopf's
 bookkeeping stays out of metadata: its diff-base lives under `status.kopf`, so nothing here touches
 the object's metadata or spec except the finalizer (Argo CD refreshes on metadata changes).
 Events are posted explicitly with stable reasons; kopf's own log lines are not turned into Events.
@@ -33,6 +34,7 @@ from runner_operator.credentials import (
     kubernetes_secret_getter,
     kubernetes_secret_guard,
 )
+from runner_operator.indexing import Indexes, Startup
 from runner_operator.quiet import QuietPasses
 from runner_operator.reconciling import CredentialsProblem, Outcome
 from runner_operator.scheduling import CREATE, STEADY, Bodies, Scheduler
@@ -128,13 +130,16 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.quiet = QuietPasses()
     bodies = memo.bodies = Bodies(clock=asyncio.get_running_loop().time)
     # kopf hands each object a shallow copy of this memo: what handlers share must be set here, as
-    # objects they mutate (kopf's live indexes are only passed to handlers, so `seen` stores them).
-    memo.indexes = {}
+    # objects they mutate.
+    memo.indexes = Indexes()
+    memo.startup = Startup()
+    memo.started = asyncio.Event()
 
     def slot(uid: str) -> Slot:
         return Slot(STEADY) if uid in memo.bound else bodies.slot(uid)
 
     async def run(uid: str) -> float | None:
+        await memo.started.wait()  # every object that existed at start is indexed
         return await _scheduled_pass(memo, uid)
 
     memo.scheduler = scheduler = Scheduler(
@@ -157,6 +162,111 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     registry.work_queue_depth.set_function(lambda: len(scheduler.queue))
     registry.passes_running.set_function(lambda: scheduler.running)
     await wait_until_served(_served_by_discovery, within=CONFIG.startup_timeout)
+    await index_existing(memo.indexes, memo.startup, _list_scope(memo), within=CONFIG.startup_timeout)
+    memo.settling = asyncio.create_task(settle(memo.startup, memo.indexes, memo.started, _list_scope(memo)))
+
+
+ListScope = Callable[[], list[dict[str, Any]]]
+"""Every ManagedRunner in the watched scope, slimmed to what the indexes read (blocking: a thread's)."""
+
+
+async def index_existing(indexes: Indexes, startup: Startup, listed: ListScope, *, within: float) -> None:
+    """Fill the indexes from one paged list before the watch starts, retried for `within` seconds
+    (failing then exits the process: a visible restart rather than passes that cannot start)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        try:
+            bodies = await asyncio.to_thread(listed)
+            break
+        except Exception as exc:  # any failure to list means: not yet
+            if loop.time() >= deadline:
+                raise kopf.PermanentError(f"listing {PLURAL} failed for {within:.0f}s: {exc}") from None
+            log.warning("listing %s to index them failed (%s); retrying", PLURAL, type(exc).__name__)
+            await asyncio.sleep(2.0)
+    for body in bodies:
+        meta = body["metadata"]
+        indexes.put(body)
+        startup.expect(str(meta.get("uid")), f"{meta.get('namespace')}/{meta.get('name')}")
+    startup.listed = True
+    log.info("indexed %d %s; passes start once the watch has delivered them", len(bodies), PLURAL)
+
+
+async def settle(
+    startup: Startup,
+    indexes: Indexes,
+    started: asyncio.Event,
+    listed: ListScope,
+    *,
+    every: float = 2.0,
+    relist_after: float = 10.0,
+) -> None:
+    """Open `started` once the watch has delivered every object the first list named. One it never
+    delivers was deleted in between: after `relist_after` seconds without progress, a new list
+    tells which, and their entries leave the indexes (a deleted object claims nothing)."""
+    loop = asyncio.get_running_loop()
+    last, since = startup.pending, loop.time()
+    while not startup.done:
+        await asyncio.sleep(every)
+        if startup.pending != last:
+            last, since = startup.pending, loop.time()
+        elif loop.time() - since >= relist_after:
+            since = loop.time()
+            try:
+                now = frozenset(str(b["metadata"].get("uid")) for b in await asyncio.to_thread(listed))
+            except Exception as exc:
+                log.warning("listing %s again failed (%s); retrying", PLURAL, type(exc).__name__)
+                continue
+            for uid in startup.relisted(now):
+                indexes.forget(uid)
+    started.set()
+
+
+def _list_scope(memo: kopf.Memo) -> ListScope:
+    namespaces: tuple[str, ...] = tuple(memo.get("namespaces") or ())
+    return functools.partial(list_managed_runners, namespaces, CONFIG.list_chunk_size)
+
+
+def list_managed_runners(namespaces: tuple[str, ...], chunk: int) -> list[dict[str, Any]]:
+    """Every ManagedRunner in `namespaces` (all if empty), in pages of `chunk` (0: one list), each
+    slimmed to the fields the indexes read, so a list of thousands is never held whole."""
+    from kubernetes import client
+
+    api = _objects()
+    found: list[dict[str, Any]] = []
+    for namespace in namespaces or (None,):
+        start, token = len(found), None
+        while True:
+            page_args: dict[str, Any] = {"limit": chunk} if chunk else {}
+            if token:
+                page_args["_continue"] = token
+            try:
+                if namespace is None:
+                    page = api.list_cluster_custom_object(GROUP, VERSION, PLURAL, **page_args)
+                else:
+                    page = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **page_args)
+            except client.ApiException as exc:
+                if exc.status == 410 and token:  # the continue token expired: list again from the start
+                    del found[start:]
+                    token = None
+                    continue
+                raise
+            found.extend(_slim(item) for item in page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+    return found
+
+
+def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta, spec, status = body.get("metadata") or {}, body.get("spec") or {}, body.get("status") or {}
+    return {
+        "metadata": {
+            k: meta.get(k) for k in ("uid", "namespace", "name", "creationTimestamp", "deletionTimestamp")
+        },
+        "spec": {"runnerId": spec.get("runnerId"), "credentials": spec.get("credentials")},
+        "status": {"runnerId": status.get("runnerId"), "credentialsSecret": status.get("credentialsSecret")},
+    }
 
 
 async def wait_until_served(served: Callable[[], bool], *, within: float, interval: float = 2.0) -> None:
@@ -238,9 +348,9 @@ async def _trim_memory(every: float) -> None:
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    trimming: asyncio.Task[None] | None = memo.get("trimming")
-    if trimming is not None:
-        trimming.cancel()
+    for task in (memo.get("trimming"), memo.get("settling")):
+        if task is not None:
+            task.cancel()
     scheduler: Scheduler | None = memo.get("scheduler")
     if scheduler is not None:
         await scheduler.stop()
@@ -249,42 +359,11 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         await credentials.aclose()
 
 
-@kopf.index(GROUP, VERSION, PLURAL)
-async def runner_claims(body: kopf.Body, **_: Any) -> dict[str, Any]:
-    """runnerId -> (holds it?, created, namespace/name, uid) per ManagedRunner; the smallest claim wins.
-
-    Indexing sees every event first, so it is also where kopf's copy of the object is slimmed.
-    Async on purpose: kopf runs a sync handler in a thread pool, a hop per event per object.
-    """
-    drop_managed_fields(body)
-    runner_id, entry = claiming.claim(body)
-    return {runner_id: entry}
-
-
-@kopf.index(GROUP, VERSION, PLURAL)
-async def credential_users(
-    spec: kopf.Spec,
-    status: kopf.Status,
-    meta: kopf.Meta,
-    namespace: str | None,
-    uid: str | None,
-    **_: Any,
-) -> dict[str, Any]:
-    """namespace/Secret -> (uid, deleting?) of each ManagedRunner that uses or protected that Secret.
-
-    Read raw (not through the model) so a spec this version cannot parse still counts as a user.
-    """
-    names = {status.get("credentialsSecret")}
-    ref = (spec.get("credentials") or {}).get("secretRef") or {}
-    names.add(ref.get("name"))
-    user = (str(uid), meta.get("deletionTimestamp") is not None)
-    return {f"{namespace}/{name}": user for name in names if isinstance(name, str) and name}
-
-
 def drop_managed_fields(body: kopf.Body) -> bool:
     """Forget `metadata.managedFields` in the bodies kopf hands to the handlers.
 
-    They are over half of the parsed JSON objects of a ManagedRunner, and nothing here reads them:
+    Called first for every event. They are over half of the parsed JSON objects of a ManagedRunner,
+    and nothing here reads them:
     kopf patches with merge patches, not server-side apply. kopf's Body is a read-only view, so
     this reaches the dict beneath it; should kopf change that, nothing is dropped (and the unit
     test of this function fails). Returns whether the dict beneath was reached.
@@ -304,8 +383,6 @@ async def spec_changed(
     body: kopf.Body,
     patch: kopf.Patch,
     memo: kopf.Memo,
-    runner_claims: kopf.Index[str, Any] | None = None,
-    credential_users: kopf.Index[str, Any] | None = None,
     **_: Any,
 ) -> None:
     """React to a changed spec at once; the scheduler takes over the waiting.
@@ -314,10 +391,9 @@ async def spec_changed(
     the scheduler alone means a creation backlog of thousands waits as compact queue entries, taking
     turns per credential, not as a kopf worker and handler invocation each.
     """
+    await memo.started.wait()  # every object that existed at start is indexed
     # A spec change reads its Secrets now: whoever edits the spec may just have rotated a token.
-    outcome = await _pass(
-        body, patch, memo, runner_claims, credential_users, CONFIG.fast_interval, fresh=True
-    )
+    outcome = await _pass(body, patch, memo, CONFIG.fast_interval, fresh=True)
     if outcome is None:
         return
     if outcome.terminal:
@@ -350,8 +426,6 @@ async def seen(
     type: str | None,
     body: kopf.Body,
     memo: kopf.Memo,
-    runner_claims: kopf.Index[str, Any] | None = None,
-    credential_users: kopf.Index[str, Any] | None = None,
     logger: kopf.Logger = log,
     **_: Any,
 ) -> None:
@@ -363,13 +437,23 @@ async def seen(
     FINALIZER holds nothing of ours. The scheduler starts here, not at start-up, so its tasks run in
     kopf's per-object context, where Events can be posted.
     """
-    memo.indexes.update(claims=runner_claims, users=credential_users)
+    drop_managed_fields(body)
+    meta = body.get("metadata", {})
+    uid = str(meta.get("uid"))
+    indexes: Indexes = memo.indexes
+    if type == "DELETED":
+        indexes.forget(uid)
+    else:
+        indexes.put(body)
+    startup: Startup | None = memo.get("startup")
+    if startup is not None:
+        startup.delivered(uid)
+        if startup.done:
+            memo.started.set()
     if not owned(body):
         return  # another shard's (the indexes above still see every object: clusters are shared)
     scheduler: Scheduler = memo.scheduler
     scheduler.start()
-    meta = body.get("metadata", {})
-    uid = str(meta.get("uid"))
     deleting = bool(meta.get("deletionTimestamp"))
     if type == "DELETED" or (deleting and FINALIZER not in (meta.get("finalizers") or ())):
         memo.bodies.forget(uid)
@@ -412,13 +496,10 @@ async def _scheduled_pass(memo: kopf.Memo, uid: str) -> float | None:
         await _add_finalizer(memo, raw)
         raw = memo.bodies.get(uid) or raw
     body, patch = kopf.Body(cast(Any, raw)), kopf.Patch()
-    claims, users = memo.indexes.get("claims"), memo.indexes.get("users")
     outcome = await _pass(
         body,
         patch,
         memo,
-        claims,
-        users,
         _freshness(body),
         commit=lambda p, o: _commit(memo, uid, body, p, o),
         latest=lambda: memo.bodies.get(uid),
@@ -459,7 +540,7 @@ async def _still_quiet(memo: kopf.Memo, uid: str) -> float | None:
                     now=now,
                     deletion_timeout=CONFIG.deletion_timeout,
                     claimed_by=_claimed_by(
-                        recipe.runner_id, recipe.secrets.namespace, uid, memo.indexes.get("claims") or {}
+                        recipe.runner_id, recipe.secrets.namespace, uid, memo.indexes.claims
                     ),
                     bound_here=memo.bound.get(uid),
                 ),
@@ -640,8 +721,6 @@ async def _pass(
     body: kopf.Body,
     patch: kopf.Patch,
     memo: kopf.Memo,
-    claims: kopf.Index[str, Any] | None,
-    users: kopf.Index[str, Any] | None,
     max_age: float = 0.0,
     *,
     fresh: bool = False,
@@ -679,7 +758,7 @@ async def _pass(
         ctx = reconciling.Context(
             now=datetime.datetime.now(datetime.UTC),
             deletion_timeout=CONFIG.deletion_timeout,
-            claimed_by=_claimed_by(res.spec.runner_id, res.namespace, res.uid, claims or {}),
+            claimed_by=_claimed_by(res.spec.runner_id, res.namespace, res.uid, memo.indexes.claims),
             bound_here=memo.bound.get(uid),
         )
         credentials: TokenRegistry = memo.credentials
@@ -697,7 +776,7 @@ async def _pass(
                 quiet=memo.quiet,
                 fresh=fresh,
             )
-        await _release_secrets(credentials, res, outcome, users or {})
+        await _release_secrets(credentials, res, outcome, memo.indexes.users)
         _apply(body, patch, outcome)
         if commit is not None:
             await commit(patch, outcome)

@@ -274,6 +274,23 @@ RULES: list[tuple[str, str, list[str]]] = [
             "tests/e2e/test_shards.py::test_shards_split_the_objects_and_a_change_of_count_drops_or_doubles_nothing",
         ],
     ),
+    (
+        "No pass decides who holds a runner ID before every resource is known",
+        "Which ManagedRunner may manage a runner ID, and who still uses a credentials Secret, is read "
+        "from indexes over every ManagedRunner in the watched scope. At a start they are filled from one "
+        "list before the watch begins, and no pass (scheduled or on a spec change) runs until the watch "
+        "has delivered every object that list named. One the watch never delivers was deleted in "
+        "between: only a later list without it releases its claim, never the wait itself. After that, "
+        "every watch event refiles its object, and a deleted object claims and uses nothing.",
+        [
+            "tests/unit/core/test_indexing.py::test_the_gate_opens_only_after_the_list_and_every_listed_object_delivered",
+            "tests/unit/core/test_indexing.py::test_passes_wait_until_the_watch_delivered_every_listed_object",
+            "tests/unit/core/test_indexing.py::test_an_object_deleted_before_the_watch_saw_it_releases_its_claim",
+            "tests/unit/core/test_indexing.py::test_the_watch_files_every_event_and_opens_the_gate_with_the_last_listed_object",
+            "tests/unit/core/test_indexing.py::test_a_deleted_object_claims_and_uses_nothing",
+            "tests/e2e/test_ownership.py::test_replacement_onto_a_taken_or_claimed_id_keeps_the_old_runner",
+        ],
+    ),
 ]
 
 

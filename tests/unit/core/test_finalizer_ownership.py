@@ -12,6 +12,7 @@ import pytest
 from kubernetes.client import ApiException
 
 from runner_operator import handlers
+from runner_operator.indexing import Indexes
 from runner_operator.outcomes import Outcome
 from runner_operator.scheduling import Bodies
 from runner_operator.status import StatusPatch
@@ -62,7 +63,7 @@ def _memo(body: dict[str, Any]) -> kopf.Memo:
     memo = kopf.Memo()
     memo.bodies = Bodies()
     memo.bodies.put("u1", body)
-    memo.indexes = {}
+    memo.indexes = Indexes()
     return memo
 
 
@@ -185,7 +186,7 @@ async def test_an_object_deleting_without_our_finalizer_is_not_scheduled() -> No
             self.forgotten.append(key)
 
     memo = kopf.Memo()
-    memo.bodies, memo.indexes, memo.scheduler = Bodies(), {}, Sched()
+    memo.bodies, memo.indexes, memo.scheduler = Bodies(), Indexes(), Sched()
     seen: Any = handlers.seen  # kopf's decorator types it as a handler taking every kwarg
     await seen(type="MODIFIED", body=kopf.Body(cast(Any, _body(["other.io/x"], deleting=True))), memo=memo)
     await seen(type="MODIFIED", body=kopf.Body(cast(Any, _body([FIN], deleting=True))), memo=memo)

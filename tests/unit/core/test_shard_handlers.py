@@ -8,6 +8,7 @@ import kopf
 import pytest
 
 from runner_operator import handlers
+from runner_operator.indexing import Indexes
 from runner_operator.scheduling import Bodies
 from runner_operator.sharding import Shard, shard_of
 
@@ -39,14 +40,14 @@ seen = cast(Any, handlers.seen)  # kopf's decorator types it as its callback pro
 async def test_seen_schedules_only_this_shards_objects(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(handlers, "SHARD", Shard(index, 3))
     memo = kopf.Memo()
-    memo.bodies, memo.indexes, memo.scheduler = Bodies(), {}, FakeScheduler()
+    memo.bodies, memo.indexes, memo.scheduler = Bodies(), Indexes(), FakeScheduler()
     for name in NAMES:
         await seen(type="ADDED", body=kopf.Body(cast(Any, _body(name))), memo=memo)
     mine = [f"uid-{n}" for n in NAMES if shard_of("team", n, 3) == index]
     assert memo.scheduler.added == mine
     assert mine  # the split is not empty for any shard of these names
     assert all(memo.bodies.get(f"uid-{n}") is None for n in NAMES if f"uid-{n}" not in mine)
-    assert memo.indexes  # the cluster-claims indexes still see every object
+    assert len(memo.indexes) == len(NAMES)  # the cluster-claims indexes still see every object
 
 
 @pytest.mark.parametrize("index", [0, 1, 2])
