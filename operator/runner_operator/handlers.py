@@ -181,8 +181,10 @@ async def index_existing(indexes: Indexes, startup: Startup, listed: ListScope, 
             break
         except Exception as exc:  # any failure to list means: not yet
             if loop.time() >= deadline:
-                raise kopf.PermanentError(f"listing {PLURAL} failed for {within:.0f}s: {exc}") from None
-            log.warning("listing %s to index them failed (%s); retrying", PLURAL, type(exc).__name__)
+                raise kopf.PermanentError(
+                    f"listing {PLURAL} failed for {within:.0f}s: {kubeerrors.describe(exc)}"
+                ) from None
+            log.warning("listing %s to index them failed (%s); retrying", PLURAL, kubeerrors.describe(exc))
             await asyncio.sleep(2.0)
     for body in bodies:
         meta = body["metadata"]
@@ -215,7 +217,7 @@ async def settle(
             try:
                 now = frozenset(str(b["metadata"].get("uid")) for b in await asyncio.to_thread(listed))
             except Exception as exc:
-                log.warning("listing %s again failed (%s); retrying", PLURAL, type(exc).__name__)
+                log.warning("listing %s again failed (%s); retrying", PLURAL, kubeerrors.describe(exc))
                 continue
             for uid in startup.relisted(now):
                 indexes.forget(uid)
