@@ -187,9 +187,8 @@ async def index_existing(indexes: Indexes, startup: Startup, listed: ListScope, 
             log.warning("listing %s to index them failed (%s); retrying", PLURAL, kubeerrors.describe(exc))
             await asyncio.sleep(2.0)
     for body in bodies:
-        meta = body["metadata"]
         indexes.put(body)
-        startup.expect(str(meta.get("uid")), f"{meta.get('namespace')}/{meta.get('name')}")
+        startup.expect(str(body["metadata"].get("uid")))
     startup.listed = True
     log.info("indexed %d %s; passes start once the watch has delivered them", len(bodies), PLURAL)
 
@@ -447,11 +446,10 @@ async def seen(
         indexes.forget(uid)
     else:
         indexes.put(body)
-    startup: Startup | None = memo.get("startup")
-    if startup is not None:
-        startup.delivered(uid)
-        if startup.done:
-            memo.started.set()
+    startup: Startup = memo.startup
+    startup.delivered(uid)
+    if startup.done:
+        memo.started.set()
     if not owned(body):
         return  # another shard's (the indexes above still see every object: clusters are shared)
     scheduler: Scheduler = memo.scheduler

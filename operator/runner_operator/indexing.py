@@ -99,24 +99,23 @@ class Startup:
 
     Passes wait until none is left, as kopf's indexes made them wait: a pass must not decide who
     holds a runner ID before every object that existed at start is indexed. One the watch never
-    delivers was deleted in between; a later list without it says so (`gone`).
+    delivers was deleted in between; a later list without it says so (`relisted`).
     """
 
-    _pending: dict[str, str] = field(default_factory=dict)
+    _pending: set[str] = field(default_factory=set)
     listed: bool = False
     """the first list is complete (until then, nothing is known about what exists)."""
 
-    def expect(self, uid: str, where: str) -> None:
-        self._pending[uid] = where
+    def expect(self, uid: str) -> None:
+        self._pending.add(uid)
 
     def delivered(self, uid: str) -> None:
-        self._pending.pop(uid, None)
+        self._pending.discard(uid)
 
     def relisted(self, uids: frozenset[str]) -> list[str]:
         """A later list holds `uids`: the pending objects not in it are gone; returns their uids."""
-        gone = [uid for uid in self._pending if uid not in uids]
-        for uid in gone:
-            del self._pending[uid]
+        gone = sorted(self._pending - uids)
+        self._pending &= uids
         return gone
 
     @property

@@ -3,6 +3,7 @@ released the runner, with writes that never overwrite another controller's final
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -12,7 +13,7 @@ import pytest
 from kubernetes.client import ApiException
 
 from runner_operator import handlers
-from runner_operator.indexing import Indexes
+from runner_operator.indexing import Indexes, Startup
 from runner_operator.outcomes import Outcome
 from runner_operator.scheduling import Bodies
 from runner_operator.status import StatusPatch
@@ -187,6 +188,7 @@ async def test_an_object_deleting_without_our_finalizer_is_not_scheduled() -> No
 
     memo = kopf.Memo()
     memo.bodies, memo.indexes, memo.scheduler = Bodies(), Indexes(), Sched()
+    memo.startup, memo.started = Startup(listed=True), asyncio.Event()
     seen: Any = handlers.seen  # kopf's decorator types it as a handler taking every kwarg
     await seen(type="MODIFIED", body=kopf.Body(cast(Any, _body(["other.io/x"], deleting=True))), memo=memo)
     await seen(type="MODIFIED", body=kopf.Body(cast(Any, _body([FIN], deleting=True))), memo=memo)

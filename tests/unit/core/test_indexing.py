@@ -109,8 +109,8 @@ def test_a_user_that_stops_naming_a_secret_is_no_longer_its_user() -> None:
 def test_the_gate_opens_only_after_the_list_and_every_listed_object_delivered() -> None:
     gate = Startup()
     assert not gate.done  # nothing listed yet: nothing is known
-    gate.expect("u1", "team/a")
-    gate.expect("u2", "team/b")
+    gate.expect("u1")
+    gate.expect("u2")
     gate.listed = True
     gate.delivered("u1")
     assert not gate.done
@@ -123,7 +123,7 @@ def test_the_gate_opens_only_after_the_list_and_every_listed_object_delivered() 
 def test_a_listed_object_missing_from_a_later_list_is_gone() -> None:
     gate = Startup(listed=True)
     for uid in ("u1", "u2", "u3"):
-        gate.expect(uid, f"team/{uid}")
+        gate.expect(uid)
     gate.delivered("u1")
     assert gate.relisted(frozenset({"u1", "u3"})) == ["u2"]
     assert gate.pending == 1
@@ -195,7 +195,7 @@ async def test_the_watch_files_every_event_and_opens_the_gate_with_the_last_list
     memo = kopf.Memo()
     memo.bodies, memo.indexes, memo.scheduler = Bodies(), Indexes(), _Scheduler()
     memo.startup, memo.started = Startup(listed=True), asyncio.Event()
-    memo.startup.expect("u1", "team/n-u1")
+    memo.startup.expect("u1")
     await seen(type="ADDED", body=kopf.Body(cast(Any, _body("u2"))), memo=memo)
     assert not memo.started.is_set()
     await seen(type=None, body=kopf.Body(cast(Any, _body("u1", held=True))), memo=memo)

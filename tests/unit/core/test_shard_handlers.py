@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import kopf
 import pytest
 
 from runner_operator import handlers
-from runner_operator.indexing import Indexes
+from runner_operator.indexing import Indexes, Startup
 from runner_operator.scheduling import Bodies
 from runner_operator.sharding import Shard, shard_of
 
@@ -41,6 +42,7 @@ async def test_seen_schedules_only_this_shards_objects(index: int, monkeypatch: 
     monkeypatch.setattr(handlers, "SHARD", Shard(index, 3))
     memo = kopf.Memo()
     memo.bodies, memo.indexes, memo.scheduler = Bodies(), Indexes(), FakeScheduler()
+    memo.startup, memo.started = Startup(listed=True), asyncio.Event()
     for name in NAMES:
         await seen(type="ADDED", body=kopf.Body(cast(Any, _body(name))), memo=memo)
     mine = [f"uid-{n}" for n in NAMES if shard_of("team", n, 3) == index]
