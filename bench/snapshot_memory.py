@@ -5,10 +5,10 @@
 Builds N runners from examples/managedrunner.yaml through the operator's own translation
 (desired_runner), creates them in the in-process simulator, and fills a RunnerCache through the real
 CloudClient on an in-memory transport serving the simulator's list pages. The same is done with the
-cache module as it was at --baseline (read with `git show`), and the figures are printed side by side
-with their ratios. tracemalloc counts Python allocations only; times are taken without it. A refresh
-peak includes the page being decoded (up to cache.PAGE_SIZE entries as dicts, ~27 KB each), so past
-one page the peak per runner falls toward the snapshot's.
+cache and client modules as they were at --baseline (read with `git show`), and the figures are
+printed side by side with their ratios. tracemalloc counts Python allocations only; times are taken
+without it. A refresh peak includes the page in flight: its text, and the entries parsed from it at
+once (a whole page of dicts, ~27 KB each, before cloud/pages.py; one at a time since).
 A diagnostic, not part of the product.
 """
 
@@ -104,29 +104,39 @@ def serve(sim: Simulator) -> Callable[[httpx.Request], httpx.Response]:
 
 
 def baseline_module(rev: str) -> types.ModuleType:
+    """cloud/cache.py as it was at `rev`, on cloud/client.py as it was at `rev` (its `CloudClient`)."""
+    # Names a baseline imports that were renamed since (issue #15: the cloud's runner is CloudRunner).
+    for old_name, current in RENAMED.items():
+        if not hasattr(models, old_name):
+            setattr(models, old_name, getattr(models, current))
+    client = _module_at(rev, "client")
+    current_client = sys.modules["runner_operator.cloud.client"]
+    sys.modules["runner_operator.cloud.client"] = client  # what the baseline cache imports
+    try:
+        return _module_at(rev, "cache")
+    finally:
+        sys.modules["runner_operator.cloud.client"] = current_client
+
+
+def _module_at(rev: str, name: str) -> types.ModuleType:
     source = subprocess.run(
-        ["git", "show", f"{rev}:operator/runner_operator/cloud/cache.py"],
+        ["git", "show", f"{rev}:operator/runner_operator/cloud/{name}.py"],
         cwd=ROOT,
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    # Names a baseline imports that were renamed since (issue #15: the cloud's runner is CloudRunner).
-    for old_name, current in RENAMED.items():
-        if not hasattr(models, old_name):
-            setattr(models, old_name, getattr(models, current))
-    module = types.ModuleType(f"baseline_cache_{rev}")
+    module = types.ModuleType(f"baseline_{name}_{rev}")
     sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, f"{rev}:cache.py", "exec"), module.__dict__)
+    exec(compile(source, f"{rev}:{name}.py", "exec"), module.__dict__)
     return module
 
 
 async def measure(impl: types.ModuleType, sim: Simulator, ids: list[str]) -> dict[str, float]:
     n = len(ids)
     unlimited = budget.RequestBudget(1e9, 10**9)
-    async with CloudClient(
-        BASE_URL, TOKEN, transport=httpx.MockTransport(serve(sim)), budget=unlimited
-    ) as cloud:
+    client: type[CloudClient] = impl.CloudClient  # the client the cache was written for
+    async with client(BASE_URL, TOKEN, transport=httpx.MockTransport(serve(sim)), budget=unlimited) as cloud:
         await impl.RunnerCache(cloud, clock=Clock()).find(ids[0], max_age=MAX_AGE)  # pages encoded
         clock = Clock()
         cache: Any = impl.RunnerCache(cloud, clock=clock)
@@ -173,7 +183,9 @@ async def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runners", type=int, default=500, help="fits one list page (cache.PAGE_SIZE)")
-    parser.add_argument("--baseline", default=BASELINE, help="git revision of cloud/cache.py to compare with")
+    parser.add_argument(
+        "--baseline", default=BASELINE, help="git revision of cloud/cache.py and client.py to compare with"
+    )
     args = parser.parse_args()
     sim, ids = populate(args.runners)
     before = await measure(baseline_module(args.baseline), sim, ids)

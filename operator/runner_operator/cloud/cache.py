@@ -11,7 +11,8 @@ runners per page costs one request. Safety rules keep the cache from ever causin
 Memory: a pass reads one runner, so the snapshot keeps each runner as its list entry, compressed
 JSON (about 1.8 KB for a runner shaped like examples/managedrunner.yaml, against 20-40 KB as a
 model; bench/snapshot_memory.py), parsed when a pass asks for it. A refresh replaces entries as
-pages arrive instead of building a second snapshot beside the first.
+they arrive instead of building a second snapshot beside the first, and a page is parsed one entry at
+a time (cloud/pages.py), never as a whole page of dicts.
 
 Cost: a list is O(N) in requests and CPU, so it is never taken more often than once per
 SECONDS_PER_PAGE per page of the last list past the first, whatever age a pass asks for (except 0:

@@ -10,6 +10,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from json import detect_encoding
 from json import loads as parse_json
 from types import TracebackType
 from typing import Any
@@ -19,7 +20,7 @@ import httpx
 import pydantic
 
 from runner_operator.cloud import budget as budgets
-from runner_operator.cloud import errors, models
+from runner_operator.cloud import errors, models, pages
 from runner_operator.cloud.retrying import RetryPolicy
 
 COLLECTION = "/v1/sandbox/managedRunners"
@@ -90,8 +91,8 @@ class CloudClient:
         identity = body.get("identity")
         if isinstance(identity, dict) and isinstance(identity.get("zone"), str):
             identity["zone"] = identity["zone"].lower()
-        data = await self._call("POST", COLLECTION, params={"requestId": request_id}, json=body)
-        return _runner(data)
+        response = await self._send("POST", COLLECTION, params={"requestId": request_id}, json=body)
+        return _runner(_object(response))
 
     async def get(self, runner_id: str) -> models.CloudRunner:
         """Read a runner; raises errors.NotFound only on the API's own NOT_FOUND for this runner.
@@ -99,7 +100,7 @@ class CloudClient:
         A NOT_FOUND that names another resource is an endpoint problem (errors.Misrouted), not absence.
         """
         try:
-            return _runner(await self._call("GET", _item(runner_id)))
+            return _runner(_object(await self._send("GET", _item(runner_id))))
         except errors.NotFound as exc:
             if not exc.names(runner_id):
                 raise errors.Misrouted(
@@ -134,20 +135,18 @@ class CloudClient:
         """Like `iter_runners`, but each runner as its parsed identity and its list entry, still JSON.
 
         For a cache that keeps entries compactly and parses one (`runner_from_json`) only when a pass
-        asks for it. Only the identity is checked here: an unreadable one fails the whole list.
+        asks for it. Only the identity is checked here: an unreadable one fails the whole list. Each
+        page is parsed an entry at a time (`pages.Page`): yielded entries are the caller's to keep.
         """
         params: dict[str, str] = {}
         if page_size:
             params["pageSize"] = str(page_size)
         seen: set[str] = set()
         while True:
-            data = await self._call("GET", COLLECTION, params=params, on_send=on_send)
-            items = data.get("managedRunners", data.get("runners")) or []
-            if not isinstance(items, list):
-                raise errors.IncompatibleServer("list response has no array of runners")
-            for item in items:
+            page = await self._page(params, on_send)
+            for item in page.runners():
                 yield _identity(item), item
-            token = data.get("nextPageToken")
+            token = page.next_page_token
             if not token:
                 return
             if not isinstance(token, str) or token in seen:
@@ -172,14 +171,14 @@ class CloudClient:
         wire = models.to_wire(body, request=True) if isinstance(body, models.CloudRunner) else dict(body)
         if etag is not None:
             wire["etag"] = etag
-        data = await self._call(
+        response = await self._send(
             "PATCH",
             _item(runner_id),
             params={"updateMask": ",".join(mask)},
             json=wire,
             policy_update="policy" in mask,
         )
-        return _runner(data)
+        return _runner(_object(response))
 
     async def delete(self, runner_id: str, allow_missing: bool = True) -> None:
         """Start decommissioning; with `allow_missing` the API's NOT_FOUND for it counts as deleted.
@@ -188,18 +187,30 @@ class CloudClient:
         """
         params = {"allowMissing": "true"} if allow_missing else {}
         try:
-            await self._call("DELETE", _item(runner_id), params=params)
+            await self._send("DELETE", _item(runner_id), params=params)
         except errors.NotFound as exc:
             if not allow_missing or not exc.names(runner_id):
                 raise
 
     async def apply_available_update(self, runner_id: str) -> models.CloudRunner:
         """Roll the runner to the newest version of its channel (FAILED_PRECONDITION if none is available)."""
-        return _runner(await self._call("POST", f"{_item(runner_id)}:applyAvailableUpdate", json={}))
+        response = await self._send("POST", f"{_item(runner_id)}:applyAvailableUpdate", json={})
+        return _runner(_object(response))
 
     # --- transport ------------------------------------------------------------------------------
 
-    async def _call(
+    async def _page(self, params: Mapping[str, str], on_send: Callable[[], None] | None) -> pages.Page:
+        """One list page, unparsed: `pages.Page` parses it a runner at a time. Only its text is kept."""
+        response = await self._send("GET", COLLECTION, params=params, on_send=on_send)
+        content = response.content
+        try:
+            return pages.Page(content.decode(detect_encoding(content), "surrogatepass"))
+        except (UnicodeDecodeError, LookupError):
+            raise errors.IncompatibleServer(
+                "response is not JSON", http_status=response.status_code
+            ) from None
+
+    async def _send(
         self,
         method: str,
         path: str,
@@ -208,7 +219,8 @@ class CloudClient:
         json: Any = None,
         policy_update: bool = False,
         on_send: Callable[[], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> httpx.Response:
+        """A successful response, after the budget's queue and brief retries of what may pass on retry."""
         deadline: float | None = None
         attempt = 0
         while True:
@@ -224,7 +236,7 @@ class CloudClient:
             if on_send is not None:
                 on_send()
             outcome = await self._attempt(method, path, params, json, policy_update)
-            if isinstance(outcome, dict):
+            if isinstance(outcome, httpx.Response):
                 return outcome
             error = outcome
             if isinstance(error, errors.RateLimited) and error.http_status == 429:
@@ -238,7 +250,7 @@ class CloudClient:
 
     async def _attempt(
         self, method: str, path: str, params: Mapping[str, str] | None, json: Any, policy_update: bool
-    ) -> dict[str, Any] | errors.CloudError:
+    ) -> httpx.Response | errors.CloudError:
         headers = {
             "Authorization": f"Bearer {self._token.get_secret_value()}",
             "Accept": "application/json",
@@ -263,19 +275,7 @@ class CloudClient:
         self._observe(method, path, str(response.status_code), started)
         if not response.is_success:
             return errors.from_response(response, policy_update=policy_update)
-        if not response.content:
-            return {}
-        try:
-            # The stdlib from bytes: no decoded copy of a page; orjson parses a page of 1,000 runners
-            # barely faster but peaks 6-7 MB higher (bench/RESULTS.md, "Lists at N = 3,000").
-            data = parse_json(response.content)
-        except ValueError:
-            return errors.IncompatibleServer("response is not JSON", http_status=response.status_code)
-        if not isinstance(data, dict):
-            return errors.IncompatibleServer(
-                "response is not a JSON object", http_status=response.status_code
-            )
-        return data
+        return response
 
     def _observe(self, method: str, path: str, code: str, started: float) -> None:
         if self._observer is not None:
@@ -289,6 +289,20 @@ def endpoint_of(method: str, path: str) -> str:
     if path.rstrip("/") == COLLECTION:
         return "create" if method == "POST" else "list"
     return {"GET": "get", "PATCH": "update", "DELETE": "delete"}.get(method, method.lower())
+
+
+def _object(response: httpx.Response) -> dict[str, Any]:
+    """A response body as the JSON object it must be (an empty body as an empty one)."""
+    if not response.content:
+        return {}
+    status = response.status_code
+    try:
+        data = parse_json(response.content)
+    except ValueError:
+        raise errors.IncompatibleServer("response is not JSON", http_status=status) from None
+    if not isinstance(data, dict):
+        raise errors.IncompatibleServer("response is not a JSON object", http_status=status)
+    return data
 
 
 def _item(runner_id: str) -> str:
