@@ -77,8 +77,9 @@ class Settings(BaseModel):
     malloc_arenas: int = Field(default=2, ge=0)
     malloc_trim_seconds: float = Field(default=60.0, ge=0)
     # ManagedRunners per page of the list taken at start and after a watch expires (0: one list of
-    # all). A page is parsed whole, so at thousands of objects one list would be the process's peak.
-    list_chunk_size: int = Field(default=500, ge=0)
+    # all). A page is parsed whole (by kopf, and by the indexes' list at start), so at thousands of
+    # objects one list would be the process's peak; bench/RESULTS.md measures 100 against 500.
+    list_chunk_size: int = Field(default=100, ge=0)
     # Prometheus /metrics on this port (0 turns it off); bind failures are logged, never fatal.
     metrics_port: int = Field(default=9090, ge=0, le=65535)
 
