@@ -88,6 +88,13 @@ class ShardDiffBase(kopf.StatusDiffBaseStorage):
             super().store(body=body, patch=patch, essence=essence)
 
 
+WORKER_IDLE_SECONDS = 0.5
+"""How long kopf's worker for an object waits for its next event before it exits (kopf: 5 s). While it
+waits it keeps the last event, the whole parsed object: at a restart every object arrives within a
+few seconds, so this wait is how many bodies are alive at once (bench/RESULTS.md, "kopf's idle
+workers"). A worker that exited is started again by the object's next event."""
+
+
 def tune(kopf_settings: kopf.OperatorSettings, config: settings.Settings) -> None:
     """kopf's settings: our storage fields, Event source, retries, watch timeouts and list pages."""
     kopf_settings.persistence.finalizer = KOPF_FINALIZER
@@ -102,6 +109,7 @@ def tune(kopf_settings: kopf.OperatorSettings, config: settings.Settings) -> Non
     kopf_settings.watching.server_timeout = 300
     kopf_settings.watching.client_timeout = 330
     kopf_settings.watching.chunk_size = config.list_chunk_size or None
+    kopf_settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
 
 
 @kopf.on.startup()

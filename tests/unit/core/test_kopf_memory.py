@@ -44,3 +44,11 @@ def test_the_list_at_start_is_read_in_pages_of_the_setting(chunk: int, expected:
     handlers.tune(kopf_settings, Settings.from_env({"RUNNER_OPERATOR_LIST_CHUNK_SIZE": str(chunk)}))
     assert kopf_settings.watching.chunk_size == expected
     assert kopf_settings.persistence.finalizer == handlers.KOPF_FINALIZER
+
+
+def test_kopf_workers_exit_soon_after_their_last_event() -> None:
+    """An idle worker keeps its object's last body: kopf's 5 s held every body of a restart at once."""
+    kopf_settings = kopf.OperatorSettings()
+    default = kopf_settings.queueing.idle_timeout
+    handlers.tune(kopf_settings, Settings.from_env({}))
+    assert kopf_settings.queueing.idle_timeout == handlers.WORKER_IDLE_SECONDS < default
