@@ -108,9 +108,9 @@ def _skip(text: str, at: int) -> int:
     return match.end() if match else at
 
 
-def _expect(text: str, at: int, char: str, message: str = "response is not JSON") -> int:
+def _expect(text: str, at: int, char: str) -> int:
     if not text.startswith(char, at):
-        raise errors.IncompatibleServer(message)
+        raise _malformed()
     return at + 1
 
 
