@@ -6,18 +6,22 @@ Each SIGUSR1 writes OUT_PREFIX-<k>.txt: the top allocation sites (tracemalloc, M
 frames, default 3), the live memory by the innermost operator or kopf frame that asked for it (give
 it enough frames to reach past json, pydantic and asyncio: about 8; 25 took a probed operator
 at N = 1,000 to 13 GB, and 8 took one at N = 300 to 10 GB over half an hour), the most numerous
-live object types and the bytes held by each type. MEMPROBE_FRAMES=0 leaves tracemalloc off and
-writes only the types: cheap enough for thousands of objects.
+live object types and the bytes held by each type, who holds the live sets, and the allocators'
+own account (pymalloc's arenas, glibc's heap: in use against kept free). MEMPROBE_FRAMES=0 leaves
+tracemalloc off and writes the rest: cheap enough for thousands of objects.
 A diagnostic for the scale benchmark, not part of the product.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
+import re
 import runpy
 import signal
 import sys
+import tempfile
 import tracemalloc
 from collections import Counter
 from types import FrameType
@@ -36,6 +40,8 @@ def main() -> None:
         taken += 1
         lines = _traced() if frames else []
         lines.extend(_by_type())
+        lines.extend(_holders(set))
+        lines.extend(_allocators())
         with open(f"{prefix}-{taken}.txt", "w") as out:
             out.write("\n".join(lines) + "\n")
 
@@ -78,6 +84,69 @@ def _by_type() -> list[str]:
     lines = ["live objects by bytes (shallow):"]
     for name, size in sizes.most_common(30):
         lines.append(f"{size / 2**20:8.2f} MiB {counts[name]:9d} {name}")
+    return lines
+
+
+def _holders(kind: type) -> list[str]:
+    """Who refers to the live objects of one type, by the referrer's type ("dict of X" for the
+    attribute dict of an X): a census says how many sets there are, this says whose they are."""
+    holders: dict[int, object] = {}
+    for obj in gc.get_objects():
+        for ref in gc.get_referents(obj):
+            if type(ref) is kind:
+                holders[id(ref)] = obj
+    wanted = {id(h) for h in holders.values() if type(h) is dict}
+    owners: dict[int, str] = {}
+    for obj in gc.get_objects():
+        for ref in gc.get_referents(obj):
+            if id(ref) in wanted and type(ref) is dict:
+                owners[id(ref)] = type(obj).__qualname__
+    counts: Counter[str] = Counter()
+    for holder in holders.values():
+        name = type(holder).__qualname__
+        counts[f"dict of {owners.get(id(holder), '?')}" if name == "dict" else name] += 1
+    lines = ["", f"holders of live {kind.__name__} objects:"]
+    lines.extend(f"{count:9d} {name}" for name, count in counts.most_common(20))
+    return lines
+
+
+class _MallInfo2(ctypes.Structure):
+    _names = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks")
+    _fields_ = [(name, ctypes.c_size_t) for name in (*_names, "fordblks", "keepcost")]
+
+
+def _allocators() -> list[str]:
+    """Where the process's memory sits below the objects: pymalloc's arenas (small objects) and
+    glibc's heap (the rest), each split into in use and kept free; RSS minus both is libraries,
+    stacks and C extensions' own mappings."""
+    lines = ["", "allocators:"]
+    with tempfile.TemporaryFile("w+") as out:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read()
+    summary = re.compile(r"^(# arenas|# bytes|# unused|\d+ arenas \*|Total )")
+    lines.extend(f"  pymalloc {line.strip()}" for line in text.splitlines() if summary.match(line))
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        info = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return [*lines, "  glibc: no mallinfo2 here"]
+    mib = 2**20
+    lines.append(
+        f"  glibc heap {info.arena / mib:.1f} MiB (in use {info.uordblks / mib:.1f},"
+        f" free {info.fordblks / mib:.1f}), mmapped blocks {info.hblkhd / mib:.1f} MiB in {info.hblks}"
+    )
+    with open("/proc/self/status") as status:
+        wanted = ("VmRSS", "RssAnon", "RssFile")
+        lines.extend(f"  {line.strip()}" for line in status if line.startswith(wanted))
     return lines
 
 
