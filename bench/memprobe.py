@@ -42,6 +42,7 @@ def main() -> None:
         lines.extend(_by_type())
         lines.extend(_holders(set))
         lines.extend(_allocators())
+        lines.extend(_modules())
         with open(f"{prefix}-{taken}.txt", "w") as out:
             out.write("\n".join(lines) + "\n")
 
@@ -148,6 +149,13 @@ def _allocators() -> list[str]:
         wanted = ("VmRSS", "RssAnon", "RssFile")
         lines.extend(f"  {line.strip()}" for line in status if line.startswith(wanted))
     return lines
+
+
+def _modules() -> list[str]:
+    """Imported modules by package (three name parts): a library that imports its models lazily
+    shows here what the run pulled in."""
+    counts = Counter(".".join(name.split(".")[:3]) for name in sys.modules)
+    return ["", "modules by package:", *(f"{n:9d} {name}" for name, n in counts.most_common(15))]
 
 
 def _owner(traceback: tracemalloc.Traceback) -> str:

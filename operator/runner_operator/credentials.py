@@ -26,6 +26,7 @@ from runner_operator.cloud import budget as budgets
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient, Observer
 from runner_operator.cloud.retrying import RetryPolicy
+from runner_operator.kubeapi import KubeApi
 from runner_operator.outcomes import CredentialsProblem
 from runner_operator.reasons import Reason
 from runner_operator.settings import Settings
@@ -39,6 +40,8 @@ the Secret is gone or, when adding, already being deleted (so nothing was protec
 Reader = Callable[[str, str], Awaitable[Mapping[str, str] | None]]
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 """namespace -> its labels, or None when the Namespace does not exist."""
+
+SECRET_PATH = "/api/v1/namespaces/{namespace}/secrets/{name}"
 
 IN_USE_FINALIZER = "sandbox.coreweave.com/credentials-in-use"
 """Kept on a credentials Secret while a ManagedRunner may need it to decommission its runner.
@@ -71,11 +74,11 @@ def kubernetes_secret_getter() -> SecretGetter:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    core = client.CoreV1Api()
+    core = KubeApi()
 
     def get(namespace: str, name: str) -> Mapping[str, str] | None:
         try:
-            secret = core.read_namespaced_secret(name, namespace)
+            secret = core.get(SECRET_PATH, {"namespace": namespace, "name": name})
         except client.ApiException as exc:
             if exc.status == 404:
                 return None
@@ -87,7 +90,7 @@ def kubernetes_secret_getter() -> SecretGetter:
             raise CredentialsProblem(
                 Reason.SECRET_READ_FAILED, f"reading Secret {namespace}/{name} failed: HTTP {exc.status}"
             ) from None
-        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
     return get
 
@@ -96,11 +99,11 @@ def kubernetes_namespace_labels() -> NamespaceLabels:
     """Namespace labels for the default-credential selector (`get` on namespaces, cluster-scoped)."""
     from kubernetes import client
 
-    core = client.CoreV1Api()
+    core = KubeApi()
 
     def labels(namespace: str) -> Mapping[str, str] | None:
         try:
-            found = core.read_namespace(namespace)
+            found = core.get("/api/v1/namespaces/{name}", {"name": namespace})
         except client.ApiException as exc:
             if exc.status == 404:
                 return None
@@ -109,7 +112,7 @@ def kubernetes_namespace_labels() -> NamespaceLabels:
                 f"reading Namespace {namespace} for the default-credentials selector failed: "
                 f"HTTP {exc.status}" + (" (grant get on namespaces)" if exc.status == 403 else ""),
             ) from None
-        return dict((found.metadata.labels if found.metadata else None) or {})
+        return dict((found.get("metadata") or {}).get("labels") or {})
 
     return labels
 
@@ -118,7 +121,7 @@ def kubernetes_secret_guard() -> SecretGuard:
     """Adds or removes IN_USE_FINALIZER with a strategic merge patch (no read-modify-write race)."""
     from kubernetes import client
 
-    core = client.CoreV1Api()
+    core = KubeApi()
 
     def guard(namespace: str, name: str, in_use: bool) -> bool:
         metadata: dict[str, object] = (
@@ -127,11 +130,11 @@ def kubernetes_secret_guard() -> SecretGuard:
             else {"$deleteFromPrimitiveList/finalizers": [IN_USE_FINALIZER]}
         )
         try:
-            core.patch_namespaced_secret(
-                name,
-                namespace,
+            core.patch(
+                SECRET_PATH,
+                {"namespace": namespace, "name": name},
                 {"metadata": metadata},
-                _content_type="application/strategic-merge-patch+json",
+                "application/strategic-merge-patch+json",
             )
         except client.ApiException as exc:
             if exc.status == 404:

@@ -762,23 +762,26 @@ def secrets(found: Mapping[str, Mapping[str, str] | None]) -> Callable[[str, str
     return lambda namespace, name: found.get(name)
 
 
-class ApiRefusal:
-    """The official client's CoreV1Api, refusing every read with `status`."""
+class Refusal:
+    """The official client's response when the API server answers `status` (a Status object)."""
 
     def __init__(self, status: int) -> None:
         self.status = status
+        self.reason = "refused"
+        self.data = b'{"kind": "Status", "code": %d}' % status
+        self.headers: dict[str, str] = {}
 
-    def __call__(self) -> ApiRefusal:
-        return self
+    def read(self) -> bytes:
+        return self.data
 
-    def read_namespaced_secret(self, name: str, namespace: str) -> None:
-        raise kubernetes.client.ApiException(status=self.status)
+    def getheaders(self) -> dict[str, str]:
+        return self.headers
 
 
 def refused(status: int, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], Mapping[str, str] | None]:
     """kubernetes_secret_getter on a client whose API server answers `status` (config loading faked)."""
     monkeypatch.setattr(kubernetes.config, "load_incluster_config", lambda: None)
-    monkeypatch.setattr(kubernetes.client, "CoreV1Api", ApiRefusal(status))
+    monkeypatch.setattr(kubernetes.client.ApiClient, "call_api", lambda *_, **__: Refusal(status))
     return kubernetes_secret_getter()
 
 
