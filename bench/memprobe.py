@@ -7,7 +7,8 @@ frames, default 3), the live memory by the innermost operator or kopf frame that
 it enough frames to reach past json, pydantic and asyncio: about 8; 25 took a probed operator
 at N = 1,000 to 13 GB, and 8 took one at N = 300 to 10 GB over half an hour), the most numerous
 live object types and the bytes held by each type, who holds the live sets, and the allocators'
-own account (pymalloc's arenas, glibc's heap: in use against kept free). MEMPROBE_FRAMES=0 leaves
+own account (pymalloc's arenas, glibc's heap: in use against kept free), before and after a full
+collection (which the probe runs: cyclic garbage counts as in use until then). MEMPROBE_FRAMES=0 leaves
 tracemalloc off and writes the rest: cheap enough for thousands of objects.
 A diagnostic for the scale benchmark, not part of the product.
 """
@@ -41,7 +42,9 @@ def main() -> None:
         lines = _traced() if frames else []
         lines.extend(_by_type())
         lines.extend(_holders(set))
+        lines.extend(_duplicate_strings())
         lines.extend(_allocators())
+        lines.extend(["", f"gc.collect(): {gc.collect()} unreachable objects freed", *_allocators()[2:]])
         lines.extend(_modules())
         with open(f"{prefix}-{taken}.txt", "w") as out:
             out.write("\n".join(lines) + "\n")
@@ -85,6 +88,26 @@ def _by_type() -> list[str]:
     lines = ["live objects by bytes (shallow):"]
     for name, size in sizes.most_common(30):
         lines.append(f"{size / 2**20:8.2f} MiB {counts[name]:9d} {name}")
+    return lines
+
+
+_SHOWN = re.compile(r"[a-z0-9][a-z0-9./-]{0,80}|\d+")
+"""Values a report may show (names, uids, numbers); anything else, a token perhaps, only by length."""
+
+
+def _duplicate_strings() -> list[str]:
+    """Equal strings held as separate objects (a uid parsed from each body that named it): the bytes
+    that one shared copy each would save, and the values with the most copies."""
+    copies: dict[str, dict[int, int]] = {}
+    for obj in gc.get_objects():
+        for ref in gc.get_referents(obj):
+            if type(ref) is str:
+                copies.setdefault(ref, {})[id(ref)] = sys.getsizeof(ref)
+    wasted = Counter({value: sum(found.values()) - max(found.values()) for value, found in copies.items()})
+    lines = ["", f"strings held twice or more: {sum(wasted.values()) / 2**20:.2f} MiB in extra copies"]
+    for value, size in wasted.most_common(12):
+        shown = repr(value) if _SHOWN.fullmatch(value) else f"<{len(value)} characters>"
+        lines.append(f"{size:9d} B {len(copies[value]):6d} copies  {shown}")
     return lines
 
 
