@@ -367,8 +367,7 @@ def _run(args: argparse.Namespace) -> int:
         os.environ["RUNNER_OPERATOR_SHARD"] = args.shard
     import kopf
 
-    import runner_operator.handlers  # noqa: F401  (registers the handlers)
-    from runner_operator import allocator, metrics, settings
+    from runner_operator import allocator, handlers, metrics, settings  # handlers: registers them
 
     config = settings.load()  # a bad value is one line (user_problem), before anything starts
     allocator.limit_arenas(config.malloc_arenas)  # before any thread allocates
@@ -394,7 +393,7 @@ def _run(args: argparse.Namespace) -> int:
             namespaces=args.namespace or (),
             clusterwide=not args.namespace,
             liveness_endpoint=args.liveness,
-            memo=kopf.Memo(
+            memo=handlers.SharedMemo(
                 watched_namespaces=len(args.namespace), namespaces=tuple(args.namespace), metrics=registry
             ),
         )

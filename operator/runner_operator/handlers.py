@@ -88,6 +88,18 @@ class ShardDiffBase(kopf.StatusDiffBaseStorage):
             super().store(body=body, patch=patch, essence=essence)
 
 
+class SharedMemo(kopf.Memo):
+    """The operator's memo, handed to every object's handlers as it is, not as kopf's shallow copy.
+
+    kopf keeps a copy per object for the life of the process (about 0.5 KB each with this memo's
+    keys) so that handlers could keep per-object values in it; these handlers keep none (per-object
+    state is in `Bodies`, the scheduler and the indexes), and everything in it is shared by design.
+    """
+
+    def __copy__(self) -> SharedMemo:
+        return self
+
+
 WORKER_IDLE_SECONDS = 0.5
 """How long kopf's worker for an object waits for its next event before it exits (kopf: 5 s). While it
 waits it keeps the last event, the whole parsed object: at a restart every object arrives within a
@@ -137,8 +149,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.bound = {}  # uid -> runner ID this process bound (bridges the gap until the status write shows)
     memo.quiet = QuietPasses()
     bodies = memo.bodies = Bodies(clock=asyncio.get_running_loop().time)
-    # kopf hands each object a shallow copy of this memo: what handlers share must be set here, as
-    # objects they mutate.
+    # Every object's handlers get this memo itself (SharedMemo): nothing per object is kept in it.
     memo.indexes = Indexes()
     memo.startup = Startup()
     memo.started = asyncio.Event()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, Self
+from typing import Any, Literal, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -529,7 +529,18 @@ class ManagedRunnerResource(BaseModel):
     def secret_refs(self) -> SecretRefs:
         """Every Secret key a pass reads for this resource, without the rest of the spec."""
         own = self.spec.credentials.secret_ref if self.spec.credentials else None
-        return SecretRefs(self.namespace, own, self.env_secret_refs())
+        return SecretRefs(
+            self.namespace,
+            SecretKey(own.name, own.key) if own else None,
+            tuple(SecretKey(ref.name, ref.key) for ref in self.env_secret_refs()),
+        )
+
+
+class SecretKey(NamedTuple):
+    """A key of a Secret in the object's namespace: a tuple, as `SecretRefs` is kept per object."""
+
+    name: str
+    key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,9 +548,10 @@ class SecretRefs:
     """Which Secret keys a pass reads: the token's (None: the operator's default) and the env values'.
 
     Small on purpose: a steady pass that would repeat the last one resolves its Secrets from this
-    alone, without parsing the object again (`reconciling.unchanged_since`).
+    alone, without parsing the object again (`reconciling.unchanged_since`), and every quiet object
+    keeps one (tuples: a pydantic model with its field set is about 0.5 KB more).
     """
 
     namespace: str
-    credentials: SecretRef | None
-    env: tuple[SecretKeySelector, ...]
+    credentials: SecretKey | None
+    env: tuple[SecretKey, ...]

@@ -52,3 +52,18 @@ def test_kopf_workers_exit_soon_after_their_last_event() -> None:
     default = kopf_settings.queueing.idle_timeout
     handlers.tune(kopf_settings, Settings.from_env({}))
     assert kopf_settings.queueing.idle_timeout == handlers.WORKER_IDLE_SECONDS < default
+
+
+async def test_every_object_shares_the_operators_memo() -> None:
+    """kopf keeps a memo per object for the life of the process; a copy of this one was ~0.5 KB each."""
+    from kopf._core.reactor.inventory import ResourceMemories
+
+    memories: Any = ResourceMemories()
+    shared, plain = handlers.SharedMemo(keys={}), kopf.Memo(keys={})
+    first = await memories.recall({"metadata": {"uid": "a"}}, memobase=shared)
+    second = await memories.recall({"metadata": {"uid": "b"}}, memobase=shared)
+    assert first.memo is shared
+    assert second.memo is shared
+    copied = await memories.recall({"metadata": {"uid": "c"}}, memobase=plain)
+    assert copied.memo is not plain
+    assert copied.memo == plain
