@@ -12,6 +12,7 @@ with every watch event after.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -66,7 +67,9 @@ def secret_users(body: Mapping[str, Any]) -> dict[str, User]:
     ref = (spec.get("credentials") or {}).get("secretRef") or {}
     names.add(ref.get("name") if isinstance(ref, Mapping) else None)
     user = (str(meta.get("uid")), meta.get("deletionTimestamp") is not None)
-    return {f"{meta.get('namespace')}/{name}": user for name in names if isinstance(name, str) and name}
+    # Interned: every object using a Secret files under the same key, one copy for all of them.
+    namespace = meta.get("namespace")
+    return {sys.intern(f"{namespace}/{name}"): user for name in names if isinstance(name, str) and name}
 
 
 @dataclass

@@ -8,6 +8,7 @@ conversion to the CoreWeave wire format, and no kopf/httpx/kubernetes imports.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -530,9 +531,9 @@ class ManagedRunnerResource(BaseModel):
         """Every Secret key a pass reads for this resource, without the rest of the spec."""
         own = self.spec.credentials.secret_ref if self.spec.credentials else None
         return SecretRefs(
-            self.namespace,
-            SecretKey(own.name, own.key) if own else None,
-            tuple(SecretKey(ref.name, ref.key) for ref in self.env_secret_refs()),
+            sys.intern(self.namespace),
+            SecretKey.of(own.name, own.key) if own else None,
+            tuple(SecretKey.of(ref.name, ref.key) for ref in self.env_secret_refs()),
         )
 
 
@@ -541,6 +542,11 @@ class SecretKey(NamedTuple):
 
     name: str
     key: str
+
+    @classmethod
+    def of(cls, name: str, key: str) -> SecretKey:
+        """Interned: every object of a fleet names the same few Secrets, each parse a new copy."""
+        return cls(sys.intern(name), sys.intern(key))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ import asyncio
 import contextlib
 import logging
 import random
+import sys
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,12 +46,12 @@ class Kept:
     """its create key is reserved (the create is next): ahead of objects not yet looked at."""
 
 
-def _pack(body: Mapping[str, Any]) -> bytes:
+def _json(body: Mapping[str, Any]) -> bytes:
     raw = {k: v for k, v in body.items()}
     meta = dict(raw.get("metadata") or {})
     meta.pop("managedFields", None)
     raw["metadata"] = meta
-    return zlib.compress(jsoncodec.dumps(raw), 1)
+    return jsoncodec.dumps(raw)
 
 
 def _older(version: str, than: str) -> bool:
@@ -74,10 +74,11 @@ class Bodies:
     clock: Callable[[], float] = time.monotonic
     _kept: dict[str, Kept] = field(default_factory=dict)
     _written: dict[str, tuple[Kept, float]] = field(default_factory=dict)
+    _packer: jsoncodec.Packer = field(default_factory=jsoncodec.Packer)
 
     def put(self, uid: str, body: Mapping[str, Any]) -> bool:
         """Keep what the watch delivered; True when the object is new here."""
-        kept = _keep(body)
+        kept = self._keep(body)
         written = self._written.get(uid)
         if written is not None and (
             not _older(kept.resource_version, written[0].resource_version) or self.clock() > written[1]
@@ -90,11 +91,11 @@ class Bodies:
     def wrote(self, uid: str, body: Mapping[str, Any]) -> None:
         """Our status write returned this body: passes use it until the watch catches up."""
         if uid in self._kept:
-            self._written[uid] = (_keep(body), self.clock() + WRITTEN_TRUST)
+            self._written[uid] = (self._keep(body), self.clock() + WRITTEN_TRUST)
 
     def get(self, uid: str) -> dict[str, Any] | None:
         kept = self._latest(uid)
-        return None if kept is None else dict(jsoncodec.loads(zlib.decompress(kept.packed)))
+        return None if kept is None else dict(jsoncodec.loads(self._packer.decompress(kept.packed)))
 
     def version(self, uid: str) -> str | None:
         """The resourceVersion of the body a pass would read now (None: not kept)."""
@@ -132,21 +133,20 @@ class Bodies:
     def __contains__(self, uid: object) -> bool:
         return uid in self._kept
 
-
-def _keep(body: Mapping[str, Any]) -> Kept:
-    meta = body.get("metadata") or {}
-    spec, status = body.get("spec") or {}, body.get("status") or {}
-    ref = (spec.get("credentials") or {}).get("secretRef") or {}
-    secret = ref.get("name") if isinstance(ref, Mapping) else None
-    return Kept(
-        packed=_pack(body),
-        resource_version=str(meta.get("resourceVersion") or ""),
-        lane=STEADY if status.get("runnerId") else CREATE,
-        runner_id=status.get("runnerId") or None,
-        deleting=bool(meta.get("deletionTimestamp")),
-        reserved=bool(status.get("createRequestId")) and not status.get("runnerId"),
-        group=f"{meta.get('namespace')}/{secret}" if secret else "default",
-    )
+    def _keep(self, body: Mapping[str, Any]) -> Kept:
+        meta = body.get("metadata") or {}
+        spec, status = body.get("spec") or {}, body.get("status") or {}
+        ref = (spec.get("credentials") or {}).get("secretRef") or {}
+        secret = ref.get("name") if isinstance(ref, Mapping) else None
+        return Kept(
+            packed=self._packer.compress(_json(body)),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            lane=STEADY if status.get("runnerId") else CREATE,
+            runner_id=status.get("runnerId") or None,
+            deleting=bool(meta.get("deletionTimestamp")),
+            reserved=bool(status.get("createRequestId")) and not status.get("runnerId"),
+            group=sys.intern(f"{meta.get('namespace')}/{secret}") if secret else "default",  # shared by many
+        )
 
 
 @dataclass

@@ -9,10 +9,10 @@ runners per page costs one request. Safety rules keep the cache from ever causin
   previous entry stays, never an absence that the partial list merely has not reached yet.
 
 Memory: a pass reads one runner, so the snapshot keeps each runner as its list entry, compressed
-JSON (about 1.8 KB for a runner shaped like examples/managedrunner.yaml, against 20-40 KB as a
-model; bench/snapshot_memory.py), parsed when a pass asks for it. A refresh replaces entries as
-they arrive instead of building a second snapshot beside the first, and a page is parsed one entry at
-a time (cloud/pages.py), never as a whole page of dicts.
+JSON primed with the first entry (`jsoncodec.Packer`: runners made from one template share most of
+their bytes; 20-40 KB each as a model; bench/snapshot_memory.py), parsed when a pass asks for it.
+A refresh replaces entries as they arrive instead of building a second snapshot beside the first,
+and a page is parsed one entry at a time (cloud/pages.py), never as a whole page of dicts.
 
 Cost: a list is O(N) in requests and CPU, so it is never taken more often than once per
 SECONDS_PER_PAGE per page of the last list past the first, whatever age a pass asks for (except 0:
@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import hashlib
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -38,8 +37,6 @@ from runner_operator.cloud.client import CloudClient, runner_from_json
 from runner_operator.cloud.models import CloudRunner, RunnerIdentity
 
 PAGE_SIZE = 1000
-COMPRESSION = 1
-"""zlib level: level 1 already gets most of the gain (1.6 KB vs 1.5 KB at 6) at the lowest cost."""
 SECONDS_PER_PAGE = 2.0
 """The least time between two lists per page of the last one past the first (module docstring): at most
 half a request per second on lists, and a list's parsing (about 0.15 s of CPU per page) at most a
@@ -73,6 +70,7 @@ class RunnerCache:
     clock: Callable[[], float] = time.monotonic
     stats: CacheStats = field(default_factory=CacheStats)
     _snapshot: dict[str, _Entry] = field(default_factory=dict)
+    _packer: jsoncodec.Packer = field(default_factory=jsoncodec.Packer)
     _taken: float = float("-inf")
     _written: dict[str, float] = field(default_factory=dict)
     _results: dict[str, tuple[float, CloudRunner]] = field(default_factory=dict)
@@ -111,7 +109,7 @@ class RunnerCache:
         if found is None and not trust_absence:
             return await self._get(runner_id)
         self.stats.hits += 1
-        return None if found is None else runner_from_json(_unpack(found))
+        return None if found is None else runner_from_json(_unpack(found, self._packer))
 
     async def entry(self, runner_id: str, max_age: float, *, refresh: bool = True) -> bytes | None:
         """The runner's packed list entry, at most `max_age` old (what `find` would parse), unparsed.
@@ -198,7 +196,7 @@ class RunnerCache:
                     changed.add(identity.runner_id)
                 self._snapshot[identity.runner_id] = _Entry(
                     identity.cluster_id,  # part of the digested entry
-                    before.packed if same and before is not None else zlib.compress(raw, COMPRESSION),
+                    before.packed if same and before is not None else self._packer.compress(raw),
                     digest,
                     heartbeat if isinstance(heartbeat, str) else None,
                 )
@@ -217,9 +215,9 @@ class RunnerCache:
             self.on_change(frozenset(changed))
 
 
-def _unpack(found: _Entry) -> bytes:
+def _unpack(found: _Entry, packer: jsoncodec.Packer) -> bytes:
     """The entry's JSON as listed, the heartbeat put back (it was the last key of a JSON object)."""
-    raw = zlib.decompress(found.packed)
+    raw = packer.decompress(found.packed)
     if found.heartbeat is None:
         return raw
     sep = b"," if raw != b"{}" else b""

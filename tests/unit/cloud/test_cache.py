@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import tracemalloc
-import zlib
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
+from runner_operator import jsoncodec
 from runner_operator.cloud import budget, errors
 from runner_operator.cloud import cache as cache_module
 from runner_operator.cloud.cache import RunnerCache
@@ -437,13 +437,13 @@ async def test_a_refresh_compresses_only_the_entries_that_changed(
     cache = RunnerCache(paged, clock=clock)
     kept = {rid: await cache.entry(rid, max_age=5) for rid in pages.api.runners}
     compressed: list[bytes] = []
-    real = zlib.compress
+    real = jsoncodec.Packer.compress
 
-    def counting(data: bytes, level: int = -1) -> bytes:
+    def counting(packer: jsoncodec.Packer, data: bytes) -> bytes:
         compressed.append(data)
-        return real(data, level)
+        return real(packer, data)
 
-    monkeypatch.setattr(zlib, "compress", counting)
+    monkeypatch.setattr(jsoncodec.Packer, "compress", counting)
     pages.api.runners["r-1"]["displayName"] = "edited"
     clock.now += 10
     again = {rid: await cache.entry(rid, max_age=5) for rid in pages.api.runners}
