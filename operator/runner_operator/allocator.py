@@ -3,9 +3,10 @@
 The Kubernetes client's calls run on the default thread pool, and glibc gives threads their own
 arenas (up to eight per core): pages freed in one arena are not reused by another, and freed pages
 below an arena's top are kept. So RSS stays near the high-water mark of every burst (a mass
-creation, a list of thousands of runners, a mass deletion) long after it. Fewer arenas and a
-periodic `malloc_trim` hand that memory back; their effect alone is measured with bench.steady_cpu's
-`+RUNNER_OPERATOR_MALLOC_ARENAS=0` variant. On another C library (musl, macOS) both are no-ops.
+creation, a list of thousands of runners, a mass deletion) long after it. Fewer arenas, large
+buffers on pages of their own and a periodic `malloc_trim` hand that memory back (bench/RESULTS.md:
+bench.steady_cpu's `+RUNNER_OPERATOR_MALLOC_ARENAS=0` variant; "Large blocks on pages of their
+own"). On another C library (musl, macOS) all three are no-ops.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import ctypes
 import functools
 from typing import Any
 
-M_ARENA_MAX = -8  # mallopt parameter, from glibc's malloc.h
+M_ARENA_MAX = -8  # mallopt parameters, from glibc's malloc.h
+M_MMAP_THRESHOLD = -3
 
 
 @functools.cache
@@ -35,6 +37,17 @@ def limit_arenas(count: int) -> bool:
     if count <= 0 or libc is None:
         return False
     return bool(libc.mallopt(M_ARENA_MAX, count))
+
+
+def fix_mmap_threshold(size: int) -> bool:
+    """Give every allocation of at least `size` bytes pages of its own, returned when it is freed (0
+    leaves glibc's default). glibc's threshold starts at 128 KiB but rises, up to 32 MB, each time
+    such a block is freed: after the first list page or large response, those buffers come from
+    the heap, and the heap keeps their pages. A fixed threshold keeps them out of it."""
+    libc = _glibc()
+    if size <= 0 or libc is None:
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, size))
 
 
 def trim() -> bool:

@@ -371,6 +371,7 @@ def _run(args: argparse.Namespace) -> int:
 
     config = settings.load()  # a bad value is one line (user_problem), before anything starts
     allocator.limit_arenas(config.malloc_arenas)  # before any thread allocates
+    allocator.fix_mmap_threshold(config.malloc_mmap_threshold)
     json_logs = args.json_logs or config.json_logs
     level = log_level(args, config.log_level)
     kopf.configure(

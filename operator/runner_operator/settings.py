@@ -73,9 +73,11 @@ class Settings(BaseModel):
     # the ManagedRunners of shard I only, holds that shard's Lease and spends 1/N of the budget.
     shard: str | None = None
     # glibc only (runner_operator.allocator): at most this many malloc arenas (0: glibc's default of
-    # eight per core), and free heap pages handed back every this many seconds (0: never).
+    # eight per core), free heap pages handed back every this many seconds (0: never), and blocks of
+    # at least this many bytes on pages of their own (0: glibc's rising threshold).
     malloc_arenas: int = Field(default=2, ge=0)
     malloc_trim_seconds: float = Field(default=60.0, ge=0)
+    malloc_mmap_threshold: int = Field(default=131072, ge=0)
     # ManagedRunners per page of the list taken at start and after a watch expires (0: one list of
     # all). A page is parsed whole (by kopf, and by the indexes' list at start), so at thousands of
     # objects one list would be the process's peak; bench/RESULTS.md measures 100 against 500.

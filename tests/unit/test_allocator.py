@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runner_operator import allocator
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeLibc:
@@ -54,3 +60,47 @@ def test_this_processs_libc_is_found() -> None:
     """The operator's image and CI are Debian (glibc): the knobs must reach it there."""
     assert allocator._glibc() is not None
     assert allocator.trim() in (True, False)
+
+
+def test_large_blocks_get_pages_of_their_own_through_mallopt(libc: FakeLibc) -> None:
+    assert allocator.fix_mmap_threshold(131072)
+    assert libc.calls == [("mallopt", allocator.M_MMAP_THRESHOLD, 131072)]
+
+
+def test_zero_threshold_leaves_glibcs_rising_one(libc: FakeLibc) -> None:
+    assert not allocator.fix_mmap_threshold(0)
+    assert libc.calls == []
+
+
+PROBE = """
+import ctypes, sys
+from runner_operator import allocator
+
+class Info(ctypes.Structure):
+    names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+    _fields_ = [(n, ctypes.c_size_t) for n in names.split()]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "fixed":
+    assert allocator.fix_mmap_threshold(131072)
+blocks = [bytes(300_000) for _ in range(3)]
+del blocks  # glibc's own threshold rises past 300 KB here
+blocks = [bytes(300_000) for _ in range(4)]
+print(libc.mallinfo2().hblks)
+"""
+
+
+@pytest.mark.skipif(allocator._glibc() is None, reason="not glibc: the knob is a no-op, tested above")
+def test_a_fixed_threshold_keeps_large_blocks_out_of_the_heap() -> None:
+    """In a fresh interpreter: with glibc's rising threshold the second round of 300 KB blocks comes
+    from the heap; with the fixed one each is mapped on its own (and unmapped when freed)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+
+    def mapped(mode: str) -> int:
+        run = subprocess.run(
+            [sys.executable, "-c", PROBE, mode], env=env, capture_output=True, text=True, check=True
+        )
+        return int(run.stdout)
+
+    assert mapped("fixed") >= 4 > mapped("default")
