@@ -31,12 +31,17 @@ def _glibc() -> Any | None:
     return libc
 
 
+def _mallopt(param: int, value: int) -> bool:
+    """Set one of glibc's malloc parameters; a value of 0 or less, or another C library, leaves it."""
+    libc = _glibc()
+    if value <= 0 or libc is None:
+        return False
+    return bool(libc.mallopt(param, value))
+
+
 def limit_arenas(count: int) -> bool:
     """Cap glibc's arenas at `count` (0 leaves its default); call before threads start allocating."""
-    libc = _glibc()
-    if count <= 0 or libc is None:
-        return False
-    return bool(libc.mallopt(M_ARENA_MAX, count))
+    return _mallopt(M_ARENA_MAX, count)
 
 
 def fix_mmap_threshold(size: int) -> bool:
@@ -44,10 +49,7 @@ def fix_mmap_threshold(size: int) -> bool:
     leaves glibc's default). glibc's threshold starts at 128 KiB but rises, up to 32 MB, each time
     such a block is freed: after the first list page or large response, those buffers come from
     the heap, and the heap keeps their pages. A fixed threshold keeps them out of it."""
-    libc = _glibc()
-    if size <= 0 or libc is None:
-        return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, size))
+    return _mallopt(M_MMAP_THRESHOLD, size)
 
 
 def trim() -> bool:
