@@ -367,6 +367,55 @@ class Tally:
     gone: int
 
 
+class RssTrace(threading.Thread):
+    """The operator's RSS twice a second while it creates: when its peak comes, not only how high.
+
+    Under --memprobe it also asks for a probe each time RSS passes the highest probed so far by
+    PROBE_STEP_MB (at most every PROBE_GAP seconds), so the census nearest the peak is written too,
+    not only the ones every 30 s.
+    """
+
+    PROBE_STEP_MB = 4.0
+    PROBE_GAP = 10.0
+
+    def __init__(self, proc: subprocess.Popen[bytes], *, probe: bool) -> None:
+        super().__init__(daemon=True)
+        self.proc, self.probe = proc, probe
+        self.samples: list[tuple[float, float]] = []
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        probed, probed_at = 0.0, 0.0
+        while not self._stopping.wait(0.5):
+            try:
+                rss = _status_mb(self.proc.pid, "VmRSS")
+            except OSError:
+                return  # the operator exited
+            now = time.time()
+            self.samples.append((now, rss))
+            if self.probe and rss >= probed + self.PROBE_STEP_MB and now - probed_at >= self.PROBE_GAP:
+                self.proc.send_signal(signal.SIGUSR1)
+                probed, probed_at = rss, now
+
+    def stop(self) -> dict[str, Any]:
+        """Stop sampling; the figures: the highest sample's second and the highest per 30 s."""
+        self._stopping.set()
+        self.join(timeout=5)
+        if not self.samples:
+            return {}
+        start = self.samples[0][0]
+        by_interval: dict[str, float] = {}
+        for at, rss in self.samples:
+            bucket = str(int(at - start) // 30 * 30)
+            by_interval[bucket] = max(by_interval.get(bucket, 0.0), round(rss, 1))
+        at, rss = max(self.samples, key=lambda sample: sample[1])
+        return {
+            "operator_rss_mb_highest_sample_creation": round(rss, 1),
+            "operator_rss_mb_highest_sample_second": round(at - start, 1),
+            "operator_rss_mb_by_second_creation": by_interval,
+        }
+
+
 class RunnerWatch(threading.Thread):
     """The ManagedRunner events of one namespace, tallied as they arrive, on a thread of its own.
 
@@ -507,6 +556,8 @@ def bench_size(
             created = _create(custom, ns, body)
             applied[body["metadata"]["name"]] = (time.time(), created)
 
+        trace = RssTrace(op, probe=bool(args.memprobe))
+        trace.start()
         t0 = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.apply_threads) as pool:
             list(pool.map(apply, range(n)))
@@ -518,6 +569,7 @@ def bench_size(
                 probed = time.time()
             time.sleep(1.0)
         t_ready = time.time()
+        traced = trace.stop()
         with watcher.lock:
             first_ready = dict(watcher.ready_at)
         rss, cpu = proc_usage(op.pid)
@@ -565,6 +617,7 @@ def bench_size(
                 "operator_cpu_seconds_creation": round(cpu, 1),
             }
         )
+        run.figures.update(traced)
         # Steady state.
         httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
         cpu_before = proc_usage(op.pid)[1]
