@@ -56,9 +56,11 @@ SHARD = CONFIG.sharded()
 
 log = logging.getLogger(__name__)
 
-STEADY_PASSES = 128
-"""Passes per credential running at once outside creation: they mostly read the shared list, so this
-only bounds memory when thousands fall due together (a restart after an outage)."""
+STEADY_PASSES = 32
+"""Passes per credential running at once outside creation. They mostly read the shared list, so a few
+dozen keep up with thousands of objects; each one in flight holds its object parsed and its desired
+runner built, so during a mass creation (hundreds of installs polled at once) this bounds memory
+(bench/RESULTS.md, "Fewer passes in flight")."""
 
 EVENT_SOURCE = "managed-runner-operator"
 
