@@ -60,7 +60,8 @@ class Registry:
         )
         self.api_latency = Histogram(
             PREFIX + "api_request_duration_seconds",
-            "CoreWeave API request latency by endpoint (one attempt; retries are separate requests).",
+            "CoreWeave API request latency by endpoint (one attempt; retries are separate requests; "
+            "a list page until its headers, as its body is read while it is parsed).",
             ("endpoint",),
             buckets=LATENCY_BUCKETS,
             registry=self.registry,

@@ -12,7 +12,8 @@ Memory: a pass reads one runner, so the snapshot keeps each runner as its list e
 JSON primed with the first entry (`jsoncodec.Packer`: runners made from one template share most of
 their bytes; 20-40 KB each as a model; bench/snapshot_memory.py), parsed when a pass asks for it.
 A refresh replaces entries as they arrive instead of building a second snapshot beside the first,
-and a page is parsed one entry at a time (cloud/pages.py), never as a whole page of dicts.
+and a page is parsed one entry at a time as its body arrives (cloud/pages.py): neither a whole page
+of dicts nor a whole page's text is held.
 
 Cost: a list is O(N) in requests and CPU, so it is never taken more often than once per
 SECONDS_PER_PAGE per page of the last list past the first, whatever age a pass asks for (except 0:

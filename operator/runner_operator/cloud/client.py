@@ -7,9 +7,12 @@ reaches a repr, a log line or an exception.
 from __future__ import annotations
 
 import asyncio
+import codecs
+import contextlib
+import itertools
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from json import detect_encoding
 from json import loads as parse_json
 from types import TracebackType
@@ -136,16 +139,34 @@ class CloudClient:
 
         For a cache that keeps entries compactly and parses one (`runner_from_json`) only when a pass
         asks for it. Only the identity is checked here: an unreadable one fails the whole list. Each
-        page is parsed an entry at a time (`pages.Page`): yielded entries are the caller's to keep.
+        page is parsed an entry at a time as it arrives (`pages.Page`): yielded entries are the
+        caller's to keep. A page whose connection is lost half-way is asked for again (as `_send`
+        retries, up to the retry policy's attempts), and a runner it had already given is not given
+        twice.
         """
         params: dict[str, str] = {}
         if page_size:
             params["pageSize"] = str(page_size)
         seen: set[str] = set()
         while True:
-            page = await self._page(params, on_send)
-            for item in page.runners():
-                yield _identity(item), item
+            page, ids = pages.Page(), set[str]()
+            for attempt in itertools.count(1):
+                try:
+                    async with contextlib.aclosing(self._page(page, params, on_send)) as items:
+                        async for item in items:
+                            identity = _identity(item)
+                            if identity.runner_id in ids:
+                                continue  # yielded before the page was cut short and asked again
+                            if identity.runner_id:
+                                ids.add(identity.runner_id)
+                            yield identity, item
+                    break
+                except _CutShort as exc:
+                    cut = str(exc)
+                if attempt >= self._retry.max_attempts:
+                    raise errors.Unavailable(f"list response cut short ({cut})", code="UNAVAILABLE")
+                await self._sleep(self._retry.delay(attempt, None, self._jitter))
+                page = pages.Page()
             token = page.next_page_token
             if not token:
                 return
@@ -199,16 +220,26 @@ class CloudClient:
 
     # --- transport ------------------------------------------------------------------------------
 
-    async def _page(self, params: Mapping[str, str], on_send: Callable[[], None] | None) -> pages.Page:
-        """One list page, unparsed: `pages.Page` parses it a runner at a time. Only its text is kept."""
-        response = await self._send("GET", COLLECTION, params=params, on_send=on_send)
-        content = response.content
+    async def _page(
+        self, page: pages.Page, params: Mapping[str, str], on_send: Callable[[], None] | None
+    ) -> AsyncGenerator[Any, None]:
+        """One list page's runners, parsed as its body arrives (`pages.Page`): the body is never held
+        whole. A connection lost half-way raises _CutShort: the caller asks for the page again."""
+        response = await self._send("GET", COLLECTION, params=params, on_send=on_send, stream=True)
+        cut: str | None = None
         try:
-            return pages.Page(content.decode(detect_encoding(content), "surrogatepass"))
-        except (UnicodeDecodeError, LookupError):
-            raise errors.IncompatibleServer(
-                "response is not JSON", http_status=response.status_code
-            ) from None
+            async with (
+                contextlib.aclosing(_text(response)) as chunks,
+                contextlib.aclosing(page.read(chunks)) as items,
+            ):
+                async for item in items:
+                    yield item
+        except httpx.TransportError as exc:
+            cut = type(exc).__name__
+        finally:
+            await response.aclose()
+        if cut is not None:  # raised outside the handler: httpx exceptions hold the request and its token
+            raise _CutShort(cut)
 
     async def _send(
         self,
@@ -219,8 +250,11 @@ class CloudClient:
         json: Any = None,
         policy_update: bool = False,
         on_send: Callable[[], None] | None = None,
+        stream: bool = False,
     ) -> httpx.Response:
-        """A successful response, after the budget's queue and brief retries of what may pass on retry."""
+        """A successful response, after the budget's queue and brief retries of what may pass on retry.
+
+        With `stream`, its body is still to be read, and the caller closes it."""
         deadline: float | None = None
         attempt = 0
         while True:
@@ -235,7 +269,7 @@ class CloudClient:
                 deadline = self._clock() + self._retry.budget
             if on_send is not None:
                 on_send()
-            outcome = await self._attempt(method, path, params, json, policy_update)
+            outcome = await self._attempt(method, path, params, json, policy_update, stream)
             if isinstance(outcome, httpx.Response):
                 return outcome
             error = outcome
@@ -249,15 +283,22 @@ class CloudClient:
             await self._sleep(delay)
 
     async def _attempt(
-        self, method: str, path: str, params: Mapping[str, str] | None, json: Any, policy_update: bool
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        json: Any,
+        policy_update: bool,
+        stream: bool = False,
     ) -> httpx.Response | errors.CloudError:
+        """One request. With `stream` the time observed is until the response's headers."""
         headers = {
             "Authorization": f"Bearer {self._token.get_secret_value()}",
             "Accept": "application/json",
         }
         started = self._clock()
         try:
-            response = await self._http.request(
+            request = self._http.build_request(
                 method,
                 self._base_url + path,
                 params=params,
@@ -265,6 +306,12 @@ class CloudClient:
                 headers=headers,
                 timeout=self._timeout,
             )
+            response = await self._http.send(request, stream=stream)
+            if stream and not response.is_success:
+                try:
+                    await response.aread()  # an error's body is small, and read to classify it
+                finally:
+                    await response.aclose()
         except httpx.TimeoutException as exc:
             self._observe(method, path, "transport", started)
             # Never chain: httpx exceptions hold the request, whose headers hold the token.
@@ -289,6 +336,31 @@ def endpoint_of(method: str, path: str) -> str:
     if path.rstrip("/") == COLLECTION:
         return "create" if method == "POST" else "list"
     return {"GET": "get", "PATCH": "update", "DELETE": "delete"}.get(method, method.lower())
+
+
+class _CutShort(Exception):
+    """A list response whose connection was lost before its body ended (names the transport error)."""
+
+
+async def _text(response: httpx.Response) -> AsyncGenerator[str, None]:
+    """A streamed body as text, chunk by chunk, in the encoding its first bytes show (RFC 8259: UTF-8,
+    or UTF-16/32 with or without a BOM, as `json.loads` accepts)."""
+    head, decoder = b"", None
+    try:
+        async for chunk in response.aiter_bytes():
+            if decoder is None:
+                head += chunk
+                if len(head) < 4:
+                    continue
+                chunk, head = head, b""
+                decoder = codecs.getincrementaldecoder(detect_encoding(chunk))("surrogatepass")
+            if text := decoder.decode(chunk):
+                yield text
+        if decoder is None:
+            decoder = codecs.getincrementaldecoder(detect_encoding(head))("surrogatepass")
+        yield decoder.decode(head, final=True)
+    except (UnicodeDecodeError, LookupError):
+        raise errors.IncompatibleServer("response is not JSON", http_status=response.status_code) from None
 
 
 def _object(response: httpx.Response) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -150,6 +151,91 @@ async def test_iter_entries_refuses_an_unreadable_identity(cloud: CloudClient, a
     with pytest.raises(errors.IncompatibleServer, match="identity"):
         async for _ in cloud.iter_entries():
             pass
+
+
+class Body(httpx.AsyncByteStream):
+    """A list response body sent in small chunks, optionally losing the connection after `cut` bytes."""
+
+    def __init__(self, data: bytes, cut: int | None = None) -> None:
+        self.data, self.cut, self.closed = data, cut, False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        end = len(self.data) if self.cut is None else self.cut
+        for at in range(0, end, 7):
+            yield self.data[at : min(at + 7, end)]
+        if self.cut is not None:
+            raise httpx.ReadError(f"connection reset; Authorization: Bearer {TOKEN}")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def _page(*runner_ids: str, token: str = "") -> bytes:
+    return json.dumps(
+        {"managedRunners": [runner_json(r) for r in runner_ids], "nextPageToken": token}
+    ).encode()
+
+
+async def test_a_page_cut_short_is_asked_again_and_each_runner_yielded_once(clock: FakeClock) -> None:
+    first = _page("a", "b", "c", token="2")
+    bodies = [Body(first, cut=len(first) // 2), Body(first), Body(_page("d"))]
+
+    served: list[httpx.Request] = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        served.append(request)
+        return httpx.Response(200, stream=bodies[len(served) - 1])
+
+    async with CloudClient(
+        BASE_URL, TOKEN, transport=httpx.MockTransport(serve), clock=clock, sleep=clock.sleep
+    ) as cloud:
+        ids = [identity.runner_id async for identity, _ in cloud.iter_entries()]
+    assert ids == ["a", "b", "c", "d"]
+    assert [r.url.params.get("pageToken") for r in served] == [None, None, "2"]
+    assert all(body.closed for body in bodies)
+
+
+async def test_a_page_cut_short_every_time_is_unavailable_without_the_token(clock: FakeClock) -> None:
+    data = _page("a", "b")
+    served: list[Body] = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        served.append(Body(data, cut=len(data) - 3))
+        return httpx.Response(200, stream=served[-1])
+
+    policy = RetryPolicy(max_attempts=3)
+    async with CloudClient(
+        BASE_URL, TOKEN, transport=httpx.MockTransport(serve), clock=clock, sleep=clock.sleep, retry=policy
+    ) as cloud:
+        with pytest.raises(errors.Unavailable, match="cut short") as caught:
+            [identity async for identity, _ in cloud.iter_entries()]
+    assert len(served) == 3
+    assert all(body.closed for body in served)
+    assert TOKEN not in str(caught.value)
+    # Nothing chained: the transport error, which holds the request and its headers, is dropped.
+    assert caught.value.__cause__ is None
+    assert caught.value.__context__ is None
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-be", "utf-32-le"])
+async def test_a_page_is_read_in_the_encoding_its_first_bytes_show(encoding: str, clock: FakeClock) -> None:
+    text = json.dumps({"managedRunners": [runner_json("é-\u2028")]}, ensure_ascii=False)
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Body(text.encode(encoding)))
+
+    async with CloudClient(BASE_URL, TOKEN, transport=httpx.MockTransport(serve), clock=clock) as cloud:
+        ids = [identity.runner_id async for identity, _ in cloud.iter_entries()]
+    assert ids == ["é-\u2028"]
+
+
+async def test_a_page_that_is_not_text_is_incompatible(clock: FakeClock) -> None:
+    def serve(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Body(b'{"managedRunners": ["\xff\xfe\xfd"]}'))
+
+    async with CloudClient(BASE_URL, TOKEN, transport=httpx.MockTransport(serve), clock=clock) as cloud:
+        with pytest.raises(errors.IncompatibleServer, match="not JSON"):
+            [identity async for identity, _ in cloud.iter_entries()]
 
 
 def test_runner_from_json_reads_as_a_response_does() -> None:
