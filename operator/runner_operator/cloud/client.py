@@ -342,25 +342,36 @@ class _CutShort(Exception):
     """A list response whose connection was lost before its body ended (names the transport error)."""
 
 
+TEXT_CHUNK = 64 * 1024
+"""Bytes a streamed list body is decoded and parsed in, at least (the last piece aside): a connection
+may deliver a few KB at a time, and each piece parsed costs a resumed walk and, for the runner it
+cuts, one more try (bench/RESULTS.md, "List pages read as they arrive")."""
+
+
 async def _text(response: httpx.Response) -> AsyncGenerator[str, None]:
-    """A streamed body as text, chunk by chunk, in the encoding its first bytes show (RFC 8259: UTF-8,
-    or UTF-16/32 with or without a BOM, as `json.loads` accepts)."""
-    head, decoder = b"", None
+    """A streamed body as text, TEXT_CHUNK bytes or more at a time, in the encoding its first bytes show
+    (RFC 8259: UTF-8, or UTF-16/32 with or without a BOM, as `json.loads` accepts)."""
+    pending: list[bytes] = []
+    size, decoder = 0, None
     try:
         async for chunk in response.aiter_bytes():
-            if decoder is None:
-                head += chunk
-                if len(head) < 4:
-                    continue
-                chunk, head = head, b""
-                decoder = codecs.getincrementaldecoder(detect_encoding(chunk))("surrogatepass")
-            if text := decoder.decode(chunk):
+            pending.append(chunk)
+            size += len(chunk)
+            if size < TEXT_CHUNK:
+                continue
+            data, size = b"".join(pending), 0
+            pending.clear()
+            decoder = decoder or _decoder(data)
+            if text := decoder.decode(data):
                 yield text
-        if decoder is None:
-            decoder = codecs.getincrementaldecoder(detect_encoding(head))("surrogatepass")
-        yield decoder.decode(head, final=True)
+        data = b"".join(pending)
+        yield (decoder or _decoder(data)).decode(data, final=True)
     except (UnicodeDecodeError, LookupError):
         raise errors.IncompatibleServer("response is not JSON", http_status=response.status_code) from None
+
+
+def _decoder(head: bytes) -> codecs.IncrementalDecoder:
+    return codecs.getincrementaldecoder(detect_encoding(head))("surrogatepass")
 
 
 def _object(response: httpx.Response) -> dict[str, Any]:

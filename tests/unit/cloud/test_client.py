@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from runner_operator.cloud import client as client_module
 from runner_operator.cloud import errors, models
 from runner_operator.cloud.budget import RequestBudget
 from runner_operator.cloud.client import CloudClient, runner_from_json
@@ -156,13 +157,13 @@ async def test_iter_entries_refuses_an_unreadable_identity(cloud: CloudClient, a
 class Body(httpx.AsyncByteStream):
     """A list response body sent in small chunks, optionally losing the connection after `cut` bytes."""
 
-    def __init__(self, data: bytes, cut: int | None = None) -> None:
-        self.data, self.cut, self.closed = data, cut, False
+    def __init__(self, data: bytes, cut: int | None = None, size: int = 7) -> None:
+        self.data, self.cut, self.size, self.closed = data, cut, size, False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         end = len(self.data) if self.cut is None else self.cut
-        for at in range(0, end, 7):
-            yield self.data[at : min(at + 7, end)]
+        for at in range(0, end, self.size):
+            yield self.data[at : min(at + self.size, end)]
         if self.cut is not None:
             raise httpx.ReadError(f"connection reset; Authorization: Bearer {TOKEN}")
 
@@ -227,6 +228,16 @@ async def test_a_page_is_read_in_the_encoding_its_first_bytes_show(encoding: str
     async with CloudClient(BASE_URL, TOKEN, transport=httpx.MockTransport(serve), clock=clock) as cloud:
         ids = [identity.runner_id async for identity, _ in cloud.iter_entries()]
     assert ids == ["é-\u2028"]
+
+
+async def test_a_body_in_small_pieces_is_decoded_in_few_large_ones() -> None:
+    """Each piece parsed costs a resumed walk: a few KB at a time from the connection become TEXT_CHUNK."""
+    text = json.dumps({"runners": [{"name": "é\u2028" * 50}] * 2000}, ensure_ascii=False)
+    data = text.encode("utf-16")
+    pieces = [piece async for piece in client_module._text(httpx.Response(200, stream=Body(data, size=1000)))]
+    assert "".join(pieces) == text
+    assert len(data) > 3 * client_module.TEXT_CHUNK
+    assert len(pieces) <= len(data) // client_module.TEXT_CHUNK + 1
 
 
 async def test_a_page_that_is_not_text_is_incompatible(clock: FakeClock) -> None:
