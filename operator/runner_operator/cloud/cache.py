@@ -182,26 +182,27 @@ class RunnerCache:
         listed: set[str] = set()
         changed: set[str] = set()
         self.stats.lists += 1
-        entries = self.client.iter_entries(page_size=PAGE_SIZE, on_send=lambda: sent.append(self.clock()))
-        async for identity, entry in entries:
-            if started is None:
-                started = sent[-1]
-            if identity.runner_id:
-                # In place: a replaced entry is fresher than `_taken`, which stays true for the rest.
-                heartbeat = entry.pop(HEARTBEAT, None)
-                raw = jsoncodec.dumps(entry)
-                digest = hashlib.blake2b(raw, digest_size=16).digest()
-                before = self._snapshot.get(identity.runner_id)
-                same = before is not None and before.digest == digest
-                if before is not None and not same:
-                    changed.add(identity.runner_id)
-                self._snapshot[identity.runner_id] = _Entry(
-                    identity.cluster_id,  # part of the digested entry
-                    before.packed if same and before is not None else self._packer.compress(raw),
-                    digest,
-                    heartbeat if isinstance(heartbeat, str) else None,
-                )
-                listed.add(identity.runner_id)
+        listing = self.client.iter_entries(page_size=PAGE_SIZE, on_send=lambda: sent.append(self.clock()))
+        async with contextlib.aclosing(listing) as entries:
+            async for identity, entry in entries:
+                if started is None:
+                    started = sent[-1]
+                if identity.runner_id:
+                    # In place: a replaced entry is fresher than `_taken`, which stays true for the rest.
+                    heartbeat = entry.pop(HEARTBEAT, None)
+                    raw = jsoncodec.dumps(entry)
+                    digest = hashlib.blake2b(raw, digest_size=16).digest()
+                    before = self._snapshot.get(identity.runner_id)
+                    same = before is not None and before.digest == digest
+                    if before is not None and not same:
+                        changed.add(identity.runner_id)
+                    self._snapshot[identity.runner_id] = _Entry(
+                        identity.cluster_id,  # part of the digested entry
+                        before.packed if same and before is not None else self._packer.compress(raw),
+                        digest,
+                        heartbeat if isinstance(heartbeat, str) else None,
+                    )
+                    listed.add(identity.runner_id)
         if started is None:  # nothing listed: the earliest send is the safe bound
             started = sent[0] if sent else self.clock()
         self.stats.pages += max(1, -(-len(listed) // PAGE_SIZE))

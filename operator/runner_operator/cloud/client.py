@@ -129,43 +129,45 @@ class CloudClient:
         `on_send` is called as each page request leaves (after any wait for the request budget):
         the server's view is at least that recent, which a cache needs to know.
         """
-        async for _, entry in self.iter_entries(page_size, on_send):
-            yield _runner(entry)
+        async with contextlib.aclosing(self.iter_entries(page_size, on_send)) as entries:
+            async for _, entry in entries:
+                yield _runner(entry)
 
     async def iter_entries(
         self, page_size: int | None = None, on_send: Callable[[], None] | None = None
-    ) -> AsyncIterator[tuple[models.RunnerIdentity, dict[str, Any]]]:
+    ) -> AsyncGenerator[tuple[models.RunnerIdentity, dict[str, Any]], None]:
         """Like `iter_runners`, but each runner as its parsed identity and its list entry, still JSON.
 
         For a cache that keeps entries compactly and parses one (`runner_from_json`) only when a pass
         asks for it. Only the identity is checked here: an unreadable one fails the whole list. Each
         page is parsed an entry at a time as it arrives (`pages.Page`): yielded entries are the
-        caller's to keep. A page whose connection is lost half-way is asked for again (as `_send`
-        retries, up to the retry policy's attempts), and a runner it had already given is not given
-        twice.
+        caller's to keep. A page whose connection is lost half-way is asked for again, within the
+        retry policy's attempts and time budget, and a runner it had already given (by ID) is not
+        given twice; an entry without an ID may be.
         """
         params: dict[str, str] = {}
         if page_size:
             params["pageSize"] = str(page_size)
         seen: set[str] = set()
         while True:
-            page, ids = pages.Page(), set[str]()
+            page, given, deadline = pages.Page(), set[str](), self._clock() + self._retry.budget
             for attempt in itertools.count(1):
                 try:
                     async with contextlib.aclosing(self._page(page, params, on_send)) as items:
                         async for item in items:
                             identity = _identity(item)
-                            if identity.runner_id in ids:
-                                continue  # yielded before the page was cut short and asked again
+                            if attempt > 1 and identity.runner_id in given:
+                                continue  # given before the page was cut short and asked for again
                             if identity.runner_id:
-                                ids.add(identity.runner_id)
+                                given.add(identity.runner_id)
                             yield identity, item
                     break
                 except _CutShort as exc:
                     cut = str(exc)
-                if attempt >= self._retry.max_attempts:
+                delay = self._retry.delay(attempt, None, self._jitter)
+                if attempt >= self._retry.max_attempts or self._clock() + delay > deadline:
                     raise errors.Unavailable(f"list response cut short ({cut})", code="UNAVAILABLE")
-                await self._sleep(self._retry.delay(attempt, None, self._jitter))
+                await self._sleep(delay)
                 page = pages.Page()
             token = page.next_page_token
             if not token:
@@ -224,7 +226,9 @@ class CloudClient:
         self, page: pages.Page, params: Mapping[str, str], on_send: Callable[[], None] | None
     ) -> AsyncGenerator[Any, None]:
         """One list page's runners, parsed as its body arrives (`pages.Page`): the body is never held
-        whole. A connection lost half-way raises _CutShort: the caller asks for the page again."""
+        whole. A connection lost half-way raises _CutShort: the caller asks for the page again (the
+        request is counted by its status, which came before the body: the ask again shows as one
+        more list request)."""
         response = await self._send("GET", COLLECTION, params=params, on_send=on_send, stream=True)
         cut: str | None = None
         try:
@@ -291,7 +295,8 @@ class CloudClient:
         policy_update: bool,
         stream: bool = False,
     ) -> httpx.Response | errors.CloudError:
-        """One request. With `stream` the time observed is until the response's headers."""
+        """One request. With `stream`, the time observed for a success is until its headers (its body
+        is read by the caller); an error's body is read first, as without."""
         headers = {
             "Authorization": f"Bearer {self._token.get_secret_value()}",
             "Accept": "application/json",

@@ -7,8 +7,9 @@ is freed (bench/RESULTS.md, "A list page one runner at a time"). Reading the res
 held its bytes and its text, about 8 MB at once for such a page, on every list (bench/RESULTS.md,
 "List pages read as they arrive"). Here the top-level object is walked by hand as chunks arrive, each
 value, including each element of the runner array, is parsed on its own by the stdlib's scanner
-(`JSONDecoder.raw_decode`), and text already read is dropped: what is held is about one runner and
-one network chunk. Only the top level is walked here: every value is still parsed by the stdlib.
+(`JSONDecoder.raw_decode`), and text already read is dropped: what is held is at most KEEP_READ of
+text already read, the piece being read (client.TEXT_CHUNK, 64 KB or more) and about two runners.
+Only the top level is walked here: every value is still parsed by the stdlib.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ KEEP_READ = 64 * 1024
 
 _DECODER = json.JSONDecoder()
 _SPACE = re.compile(r"[ \t\n\r]*")
+_AFTER_VALUE = frozenset(" \t\n\r,]}:")
+"""Characters that may follow a whole value (the empty string, the end of the text so far, may not)."""
 _MORE: Final = object()
 """What the walk yields when it needs more text than has arrived."""
 
@@ -37,13 +40,15 @@ Walk = Generator[Any, None, None]
 class _Text:
     """The part of the response not yet read, and whether the rest has arrived."""
 
-    def __init__(self, text: str = "", *, ended: bool = False) -> None:
+    def __init__(self, text: str = "", *, whole: bool = False) -> None:
         self.text = text
-        self.ended = ended
+        self.ended = whole
+        self.whole = whole
+        """Given whole: nothing is gained by dropping what was read (it only copies the rest)."""
 
     def drop_before(self, at: int) -> int:
         """Forget the text before `at` if enough has piled up; returns where `at` now is."""
-        if at < KEEP_READ:
+        if at < KEEP_READ or self.whole:
             return at
         self.text = self.text[at:]
         return 0
@@ -58,7 +63,7 @@ class Page:
     """
 
     def __init__(self, text: str | None = None) -> None:
-        self._text = _Text(text or "", ended=text is not None)
+        self._text = _Text(text or "", whole=text is not None)
         self.fields: dict[str, Any] = {}
         """Top-level members other than the runner array, complete once the runners are exhausted."""
         self.array: str | None = None
@@ -81,7 +86,8 @@ class Page:
             yield item
 
     async def read(self, chunks: AsyncIterator[str]) -> AsyncGenerator[Any, None]:
-        """The runners of a page whose text arrives in `chunks`, each yielded as soon as it is whole."""
+        """The runners of a page whose text arrives in `chunks`, each yielded once the text after it
+        shows that it is whole (or the text has ended)."""
         source = self._text
         for item in self._walk():
             if item is not _MORE:
@@ -148,9 +154,10 @@ def _elements(src: _Text, at: int) -> Generator[Any, None, int]:
 def _value(src: _Text, at: int) -> Generator[Any, None, tuple[Any, int]]:
     """The JSON value at `at` and the index after it, once enough text has arrived to be sure.
 
-    A value that does not parse yet, or ends just where the text so far ends (a number may go on), is
-    tried again once the text after `at` has at least doubled: a large value is parsed a few times,
-    not once per chunk.
+    A value is taken once the character after it can end a value (whitespace, `,`, `]`, `}`, `:`) or
+    the text has ended: a number cut by a chunk (`1.` of `1.5`, `1e` of `1e5`) parses as a shorter
+    one. One that does not parse yet, or may go on, is tried again once the text after `at` has at
+    least doubled: a large value is parsed a few times, not once per chunk.
     """
     while True:
         try:
@@ -159,7 +166,7 @@ def _value(src: _Text, at: int) -> Generator[Any, None, tuple[Any, int]]:
             if src.ended:
                 raise _malformed() from None
         else:
-            if end < len(src.text) or src.ended:
+            if src.ended or src.text[end : end + 1] in _AFTER_VALUE:
                 return value, end
         wanted = len(src.text) + max(len(src.text) - at, 1)
         while len(src.text) < wanted and not src.ended:

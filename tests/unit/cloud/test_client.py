@@ -218,6 +218,57 @@ async def test_a_page_cut_short_every_time_is_unavailable_without_the_token(cloc
     assert caught.value.__context__ is None
 
 
+async def test_asking_again_stops_within_the_retry_policys_time_budget(clock: FakeClock) -> None:
+    data = _page("a", "b")
+    served: list[Body] = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        served.append(Body(data, cut=len(data) - 3))
+        return httpx.Response(200, stream=served[-1])
+
+    policy = RetryPolicy(max_attempts=100, budget=1.0)  # backoffs 0.15, 0.3, 0.6 s: the third passes 1 s
+    async with CloudClient(
+        BASE_URL,
+        TOKEN,
+        transport=httpx.MockTransport(serve),
+        clock=clock,
+        sleep=clock.sleep,
+        retry=policy,
+        jitter=lambda: 0.5,
+    ) as cloud:
+        with pytest.raises(errors.Unavailable, match="cut short"):
+            [identity async for identity, _ in cloud.iter_entries()]
+    assert len(served) == 3
+
+
+async def test_a_page_giving_one_id_twice_gives_it_twice_unless_asked_again(clock: FakeClock) -> None:
+    """Only entries a cut page already gave are skipped on the page asked for again."""
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Body(_page("a", "a")))
+
+    async with CloudClient(BASE_URL, TOKEN, transport=httpx.MockTransport(serve), clock=clock) as cloud:
+        ids = [identity.runner_id async for identity, _ in cloud.iter_entries()]
+    assert ids == ["a", "a"]
+
+
+async def test_a_list_that_fails_on_an_entry_closes_its_response(clock: FakeClock) -> None:
+    entry = runner_json("b")
+    del entry["spec"]
+    rest = [runner_json(f"c{i}") for i in range(1000)]  # more than one piece: the body is still open
+    body = Body(json.dumps({"managedRunners": [runner_json("a"), entry, *rest]}).encode(), size=4096)
+    assert len(body.data) > 2 * client_module.TEXT_CHUNK
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=body)
+
+    async with CloudClient(BASE_URL, TOKEN, transport=httpx.MockTransport(serve), clock=clock) as cloud:
+        with pytest.raises(errors.IncompatibleServer, match="no spec"):
+            async for _ in cloud.iter_runners():
+                pass
+        assert body.closed  # at once, not when a finalizer gets round to the list
+
+
 @pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-be", "utf-32-le"])
 async def test_a_page_is_read_in_the_encoding_its_first_bytes_show(encoding: str, clock: FakeClock) -> None:
     text = json.dumps({"managedRunners": [runner_json("é-\u2028")]}, ensure_ascii=False)

@@ -148,9 +148,24 @@ def test_a_page_in_chunks_reads_as_json_loads_reads_it(
     assert asyncio.run(_read_chunked(_split(text, cuts))) == (runners, fields, array)
 
 
-def test_a_number_cut_by_a_chunk_is_read_whole() -> None:
-    parts = ['{"total": 12', '34, "runners": [1', "0]}"]
-    assert asyncio.run(_read_chunked(parts)) == ([10], {"total": 1234}, "runners")
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ['{"total": 12', '34, "runners": [1', "0]}"],
+        ['{"total": 1234.', '5, "runners": [1', "0]}"],
+        ['{"total": 1234.5e', '0, "runners": [10.', "0]}"],
+        ['{"total": 1234.5E+', '0, "runners": [1e', "1]}"],
+        ['{"total": -', '1234.5, "runners": [-', "10]}"],
+        ['{"total": 1234.5', "", ' , "runners": [10', "]", "}"],
+        ['{"ok": tr', 'ue, "runners": [nu', "ll, fals", "e]}"],
+    ],
+)
+def test_a_value_cut_by_a_chunk_is_read_whole(parts: list[str]) -> None:
+    """`1.` of `1.5` parses as the number 1 on its own: a value is taken only once what follows it
+    shows that it has ended."""
+    whole = json.loads("".join(parts))
+    fields = {key: value for key, value in whole.items() if key != "runners"}
+    assert asyncio.run(_read_chunked(parts)) == (whole["runners"], fields, "runners")
 
 
 @pytest.mark.parametrize(
