@@ -539,6 +539,8 @@ def bench_size(
     env: dict[str, str] | None = None,
 ) -> Run:
     run = Run(n, label=label)
+    # Only an operator started under bench.memprobe handles SIGUSR1 (a baseline's would exit on it).
+    probing = bool(args.memprobe) and root == ROOT
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     ns = f"bench-{n}-{uuid.uuid4().hex[:4]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
@@ -556,7 +558,7 @@ def bench_size(
             created = _create(custom, ns, body)
             applied[body["metadata"]["name"]] = (time.time(), created)
 
-        trace = RssTrace(op, probe=bool(args.memprobe))
+        trace = RssTrace(op, probe=probing)
         trace.start()
         t0 = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.apply_threads) as pool:
@@ -564,7 +566,7 @@ def bench_size(
         t_applied = time.time()
         probed = time.time()
         while len(watcher.ready_at) < n and time.time() - t0 < 60 * 30:
-            if args.memprobe and time.time() - probed >= 30:
+            if probing and time.time() - probed >= 30:
                 op.send_signal(signal.SIGUSR1)
                 probed = time.time()
             time.sleep(1.0)
@@ -573,7 +575,7 @@ def bench_size(
         with watcher.lock:
             first_ready = dict(watcher.ready_at)
         rss, cpu = proc_usage(op.pid)
-        if args.memprobe:
+        if probing:
             op.send_signal(signal.SIGUSR1)
         log = requests(url)
         # The last create cannot be sent before N requests at the budget, then it still installs.
@@ -653,7 +655,7 @@ def bench_size(
             if resynced_after is None and passed >= n:
                 resynced_after = time.time() - t_restart
             time.sleep(1.0)
-        if args.memprobe:
+        if probing:
             op.send_signal(signal.SIGUSR1)
         log = requests(url)
         per_second = Counter(int(e["at"] - t_restart) for e in log)

@@ -7,10 +7,10 @@ Builds N runners from examples/managedrunner.yaml through the operator's own tra
 CloudClient on an in-memory transport serving the simulator's list pages. The same is done with the
 cache and client modules as they were at --baseline (read with `git show`), and the figures are
 printed side by side with their ratios. tracemalloc counts Python allocations only; times are taken
-without it. A refresh peak includes the page in flight: its text, and the entries parsed from it at
-once (a whole page of dicts, ~27 KB each, before cloud/pages.py; one at a time since). List bodies
-are served in 64 KB chunks, as a connection delivers them (whole text and bytes before the pages
-were read as they arrive; about one chunk and one runner since).
+without it. A refresh peak includes the page in flight and the entries parsed from it at once (a
+whole page of dicts, ~27 KB each, before cloud/pages.py; one at a time since). List bodies are
+served in 64 KB chunks, as a connection delivers them: a client that reads a body whole holds its
+chunks, their join and its text; one that parses as it reads, about one piece and one runner.
 A diagnostic, not part of the product.
 """
 

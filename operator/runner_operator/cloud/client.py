@@ -231,6 +231,7 @@ class CloudClient:
         more list request)."""
         response = await self._send("GET", COLLECTION, params=params, on_send=on_send, stream=True)
         cut: str | None = None
+        undecodable = False
         try:
             async with (
                 contextlib.aclosing(_text(response)) as chunks,
@@ -240,10 +241,15 @@ class CloudClient:
                     yield item
         except httpx.TransportError as exc:
             cut = type(exc).__name__
+        except httpx.DecodingError:  # a Content-Encoding that does not decode
+            undecodable = True
         finally:
             await response.aclose()
-        if cut is not None:  # raised outside the handler: httpx exceptions hold the request and its token
+        # Raised outside the handlers: httpx exceptions hold the request, whose headers hold the token.
+        if cut is not None:
             raise _CutShort(cut)
+        if undecodable:
+            raise errors.IncompatibleServer("response body does not decode", http_status=response.status_code)
 
     async def _send(
         self,
@@ -324,6 +330,9 @@ class CloudClient:
         except httpx.TransportError as exc:
             self._observe(method, path, "transport", started)
             return errors.Unavailable(f"transport error ({type(exc).__name__})", code="UNAVAILABLE")
+        except httpx.DecodingError:  # a Content-Encoding that does not decode: not worth a retry
+            self._observe(method, path, "transport", started)
+            return errors.IncompatibleServer("response body does not decode")
         self._observe(method, path, str(response.status_code), started)
         if not response.is_success:
             return errors.from_response(response, policy_update=policy_update)

@@ -7,8 +7,9 @@ is freed (bench/RESULTS.md, "A list page one runner at a time"). Reading the res
 held its bytes and its text, about 8 MB at once for such a page, on every list (bench/RESULTS.md,
 "List pages read as they arrive"). Here the top-level object is walked by hand as chunks arrive, each
 value, including each element of the runner array, is parsed on its own by the stdlib's scanner
-(`JSONDecoder.raw_decode`), and text already read is dropped: what is held is at most KEEP_READ of
-text already read, the piece being read (client.TEXT_CHUNK, 64 KB or more) and about two runners.
+(`JSONDecoder.raw_decode`), and text already read is dropped: what is held is at most KEEP_READ and
+one runner of text already read, the piece being read (client.TEXT_CHUNK, 64 KB or more) and about
+two runners.
 Only the top level is walked here: every value is still parsed by the stdlib.
 """
 

@@ -178,8 +178,12 @@ def _page(*runner_ids: str, token: str = "") -> bytes:
 
 
 async def test_a_page_cut_short_is_asked_again_and_each_runner_yielded_once(clock: FakeClock) -> None:
-    first = _page("a", "b", "c", token="2")
-    bodies = [Body(first, cut=len(first) // 2), Body(first), Body(_page("d"))]
+    """Cut after its first piece (TEXT_CHUNK) was given: the page asked again gives only the rest."""
+    names = [f"r{i:04d}" for i in range(600)]
+    first = _page(*names, token="2")
+    assert len(first) > 2 * client_module.TEXT_CHUNK
+    bodies = [Body(first, cut=len(first) * 3 // 4, size=4096), Body(first, size=4096), Body(_page("d"))]
+    given: list[str] = []
 
     served: list[httpx.Request] = []
 
@@ -190,8 +194,12 @@ async def test_a_page_cut_short_is_asked_again_and_each_runner_yielded_once(cloc
     async with CloudClient(
         BASE_URL, TOKEN, transport=httpx.MockTransport(serve), clock=clock, sleep=clock.sleep
     ) as cloud:
-        ids = [identity.runner_id async for identity, _ in cloud.iter_entries()]
-    assert ids == ["a", "b", "c", "d"]
+        async for identity, _ in cloud.iter_entries():
+            given.append(str(identity.runner_id))
+            if len(served) == 1:
+                first_try = len(given)
+    assert given == [*names, "d"]
+    assert first_try > 100  # runners were given before the cut: the dedupe is what kept them once
     assert [r.url.params.get("pageToken") for r in served] == [None, None, "2"]
     assert all(body.closed for body in bodies)
 
@@ -289,6 +297,23 @@ async def test_a_body_in_small_pieces_is_decoded_in_few_large_ones() -> None:
     assert "".join(pieces) == text
     assert len(data) > 3 * client_module.TEXT_CHUNK
     assert len(pieces) <= len(data) // client_module.TEXT_CHUNK + 1
+
+
+async def test_a_body_that_does_not_decode_is_incompatible_without_the_token(clock: FakeClock) -> None:
+    """A Content-Encoding that does not decode: httpx's DecodingError holds the request, never chained."""
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"Content-Encoding": "gzip"}, stream=Body(b"not gzip at all"))
+
+    async with CloudClient(BASE_URL, TOKEN, transport=httpx.MockTransport(serve), clock=clock) as cloud:
+        with pytest.raises(errors.IncompatibleServer, match="does not decode") as caught:
+            [identity async for identity, _ in cloud.iter_entries()]
+        with pytest.raises(errors.IncompatibleServer, match="does not decode") as read:
+            await cloud.get("a")
+    for exc in (caught.value, read.value):
+        assert exc.__cause__ is None
+        assert exc.__context__ is None
+        assert TOKEN not in str(exc)
 
 
 async def test_a_page_that_is_not_text_is_incompatible(clock: FakeClock) -> None:
