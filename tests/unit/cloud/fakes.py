@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ import httpx
 
 from tests.clock import FakeClock
 
-__all__ = ["BASE_URL", "PREFIX", "TOKEN", "FakeApi", "FakeClock", "runner_json"]
+__all__ = ["BASE_URL", "PREFIX", "TOKEN", "Body", "FakeApi", "FakeClock", "list_page", "runner_json"]
 
 BASE_URL = "https://api.test"
 TOKEN = "CW-SECRET-test-token-value"
@@ -170,3 +171,27 @@ class FakeApi:
 
 def _status(http: int, code: int, message: str) -> httpx.Response:
     return httpx.Response(http, json={"code": code, "message": message, "details": []})
+
+
+class Body(httpx.AsyncByteStream):
+    """A list response body sent in small chunks, optionally losing the connection after `cut` bytes."""
+
+    def __init__(self, data: bytes, cut: int | None = None, size: int = 7) -> None:
+        self.data, self.cut, self.size, self.closed = data, cut, size, False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        end = len(self.data) if self.cut is None else self.cut
+        for at in range(0, end, self.size):
+            yield self.data[at : min(at + self.size, end)]
+        if self.cut is not None:
+            raise httpx.ReadError(f"connection reset; Authorization: Bearer {TOKEN}")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def list_page(*runner_ids: str, token: str = "") -> bytes:
+    """A list response naming these runners, with this next-page token."""
+    return json.dumps(
+        {"managedRunners": [runner_json(r) for r in runner_ids], "nextPageToken": token}
+    ).encode()

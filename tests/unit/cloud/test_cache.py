@@ -13,13 +13,14 @@ import pytest
 from runner_operator import jsoncodec
 from runner_operator.cloud import budget, errors
 from runner_operator.cloud import cache as cache_module
+from runner_operator.cloud import client as client_module
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.models import parse_runner
 from runner_operator.simulator.config import DEV_ADMIN_TOKEN, SimulatorConfig, Timings
 from runner_operator.simulator.server import RunningServer, serve
 from tests.clock import FakeClock
-from tests.unit.cloud.fakes import BASE_URL, TOKEN, FakeApi, runner_json
+from tests.unit.cloud.fakes import BASE_URL, TOKEN, Body, FakeApi, list_page, runner_json
 
 
 @pytest.fixture
@@ -329,6 +330,34 @@ async def test_close_stops_a_refresh_in_flight(pages: Pages, paged: CloudClient)
     await cache.close()
     with pytest.raises(asyncio.CancelledError):
         await finding
+
+
+async def test_a_refresh_that_fails_on_an_entry_closes_the_list_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The response is closed as the failure leaves the refresh, not when the collector finds it."""
+    data = list_page(*(f"r-{i}" for i in range(600)))
+    assert len(data) > 2 * client_module.TEXT_CHUNK  # the failure comes before the body was all read
+    body = Body(data, size=4096)
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=body)
+
+    unlimited = budget.RequestBudget(1000, 1000)
+    async with CloudClient(BASE_URL, TOKEN, transport=httpx.MockTransport(serve), budget=unlimited) as cloud:
+        cache = RunnerCache(cloud, clock=FakeClock(100.0))
+        kept: list[bytes] = []
+
+        def compress(raw: bytes) -> bytes:
+            if kept:
+                raise RuntimeError("cannot keep this entry")
+            kept.append(raw)
+            return raw
+
+        monkeypatch.setattr(cache._packer, "compress", compress)
+        with pytest.raises(RuntimeError, match="cannot keep"):
+            await cache.find("r-0", max_age=5)
+        assert body.closed
 
 
 async def test_a_heartbeat_alone_keeps_the_entry_and_is_still_read(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -13,7 +12,7 @@ from runner_operator.cloud import errors, models
 from runner_operator.cloud.budget import RequestBudget
 from runner_operator.cloud.client import CloudClient, runner_from_json
 from runner_operator.cloud.retrying import RetryPolicy
-from tests.unit.cloud.fakes import BASE_URL, TOKEN, FakeApi, FakeClock, runner_json
+from tests.unit.cloud.fakes import BASE_URL, TOKEN, Body, FakeApi, FakeClock, list_page, runner_json
 
 DESIRED = models.CloudRunner(
     identity=models.RunnerIdentity(runner_id="prod-1", zone="US-EAST-04A", cluster_id="c-1"),
@@ -154,35 +153,12 @@ async def test_iter_entries_refuses_an_unreadable_identity(cloud: CloudClient, a
             pass
 
 
-class Body(httpx.AsyncByteStream):
-    """A list response body sent in small chunks, optionally losing the connection after `cut` bytes."""
-
-    def __init__(self, data: bytes, cut: int | None = None, size: int = 7) -> None:
-        self.data, self.cut, self.size, self.closed = data, cut, size, False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        end = len(self.data) if self.cut is None else self.cut
-        for at in range(0, end, self.size):
-            yield self.data[at : min(at + self.size, end)]
-        if self.cut is not None:
-            raise httpx.ReadError(f"connection reset; Authorization: Bearer {TOKEN}")
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-
-def _page(*runner_ids: str, token: str = "") -> bytes:
-    return json.dumps(
-        {"managedRunners": [runner_json(r) for r in runner_ids], "nextPageToken": token}
-    ).encode()
-
-
 async def test_a_page_cut_short_is_asked_again_and_each_runner_yielded_once(clock: FakeClock) -> None:
     """Cut after its first piece (TEXT_CHUNK) was given: the page asked again gives only the rest."""
     names = [f"r{i:04d}" for i in range(600)]
-    first = _page(*names, token="2")
+    first = list_page(*names, token="2")
     assert len(first) > 2 * client_module.TEXT_CHUNK
-    bodies = [Body(first, cut=len(first) * 3 // 4, size=4096), Body(first, size=4096), Body(_page("d"))]
+    bodies = [Body(first, cut=len(first) * 3 // 4, size=4096), Body(first, size=4096), Body(list_page("d"))]
     given: list[str] = []
 
     served: list[httpx.Request] = []
@@ -211,7 +187,7 @@ class AlwaysCut:
         self.served: list[Body] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
-        data = _page("a", "b")
+        data = list_page("a", "b")
         self.served.append(Body(data, cut=len(data) - 3))
         return httpx.Response(200, stream=self.served[-1])
 
@@ -253,7 +229,7 @@ async def test_a_page_giving_one_id_twice_gives_it_twice_unless_asked_again(cloc
     """Only entries a cut page already gave are skipped on the page asked for again."""
 
     def serve(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, stream=Body(_page("a", "a")))
+        return httpx.Response(200, stream=Body(list_page("a", "a")))
 
     async with CloudClient(BASE_URL, TOKEN, transport=httpx.MockTransport(serve), clock=clock) as cloud:
         ids = [identity.runner_id async for identity, _ in cloud.iter_entries()]
