@@ -560,6 +560,7 @@ def bench_size(
 
         trace = RssTrace(op, probe=probing)
         trace.start()
+        tally_before = watcher.tally()
         t0 = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.apply_threads) as pool:
             list(pool.map(apply, range(n)))
@@ -571,6 +572,7 @@ def bench_size(
                 probed = time.time()
             time.sleep(1.0)
         t_ready = time.time()
+        tally_ready = watcher.tally()
         traced = trace.stop()
         with watcher.lock:
             first_ready = dict(watcher.ready_at)
@@ -614,6 +616,13 @@ def bench_size(
                 "calls_per_runner_creation": round(len(log) / n, 2),
                 "calls_by_endpoint_creation": dict(by_endpoint),
                 "http_429_during_creation": sum(1 for e in log if e["status"] == 429),
+                # Every MODIFIED event until all Ready is a write by the operator (or kopf for it).
+                "creation_k8s_modified_per_runner": round(
+                    (tally_ready.events["MODIFIED"] - tally_before.events["MODIFIED"]) / n, 2
+                ),
+                "creation_k8s_modified_by_change": dict(
+                    (tally_ready.changes - tally_before.changes).most_common()
+                ),
                 "operator_rss_mb_after_ready": round(rss, 1),
                 "operator_rss_mb_peak_creation": round(peak_rss(op.pid), 1),
                 "operator_cpu_seconds_creation": round(cpu, 1),
