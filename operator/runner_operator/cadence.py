@@ -77,6 +77,20 @@ def of_status(status: Mapping[str, Any]) -> Verdict:
     return Verdict(Cadence.FAST, f"in flight: {ready.get('reason')}")
 
 
+def spec_is_new(generation: int, seen_generation: int | None, status: Mapping[str, Any]) -> bool:
+    """Whether a watched body carries a spec not looked at yet: its pass is due at once and reads its
+    Secrets now (whoever edits the spec may just have rotated a token).
+
+    Against the body last seen when there is one: any other generation is a spec change. At first
+    sight (a start) only the status can say: a spec applied before (`observedGeneration`) and changed
+    since. An object that never got that far is already looked at soon (fast or medium cadence).
+    """
+    if seen_generation is not None:
+        return generation != seen_generation
+    observed = status.get("observedGeneration")
+    return isinstance(observed, int) and observed != generation
+
+
 @dataclass(frozen=True)
 class Intervals:
     """Seconds between looks per cadence (from the operator's settings)."""

@@ -1,11 +1,11 @@
-"""The kopf layer: the watch feeds the scheduler of passes, a spec change runs one at once, and
+"""The kopf layer: the watch feeds the scheduler of passes (a new spec is due at once), and
 `reconciling.Outcome`s become status writes, Events and the finalizer's removal.
 
-Only this module (and the CLI) imports kopf. kopf watches, runs the spec-change handler and posts
-Events; the runner-claims and Secret-users indexes are the operator's (`indexing`: kopf's indexes
-cost O(N²) at a start); the operator's own scheduler runs every other pass and owns FINALIZER. kopf's
-bookkeeping stays out of metadata: its diff-base lives under `status.kopf`, so nothing here touches
-the object's metadata or spec except the finalizer (Argo CD refreshes on metadata changes).
+Only this module (and the CLI) imports kopf. kopf watches and posts Events; it runs no handler of
+its own kind (no create, update or delete handler), so it keeps no diff-base and writes nothing;
+the runner-claims and Secret-users indexes are the operator's (`indexing`: kopf's indexes cost
+O(N²) at a start); the operator's own scheduler runs every pass and owns FINALIZER. Nothing here
+touches the object's metadata or spec except the finalizer (Argo CD refreshes on metadata changes).
 Events are posted explicitly with stable reasons; kopf's own log lines are not turned into Events.
 """
 
@@ -78,16 +78,23 @@ def owned(body: Mapping[str, Any], **_: Any) -> bool:
     return SHARD.owns(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-class ShardDiffBase(kopf.StatusDiffBaseStorage):
-    """kopf's diff-base in status, written only for this shard's objects.
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf's diff-base, kept nowhere: no handler here asks kopf what changed.
 
-    kopf stores the spec it last handled even when no handler applies (here: another shard's
-    object), which would be a status write by a shard that does not own the object.
+    kopf builds an object's "essence" (a deep copy of its spec and metadata) on every watch event
+    and stores the last handled one for its change handlers; the operator has none (a new spec is
+    noticed by its generation, `cadence.spec_is_new`), so both the copy and the status write that
+    stored it at each creation are skipped.
     """
 
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
-        if owned(body):
-            super().store(body=body, patch=patch, essence=essence)
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return cast(kopf.BodyEssence, {})
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
 
 
 class SharedMemo(kopf.Memo):
@@ -113,7 +120,7 @@ def tune(kopf_settings: kopf.OperatorSettings, config: settings.Settings) -> Non
     """kopf's settings: our storage fields, Event source, retries, watch timeouts and list pages."""
     kopf_settings.persistence.finalizer = KOPF_FINALIZER
     kopf_settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
-    kopf_settings.persistence.diffbase_storage = ShardDiffBase(field="status.kopf.lastHandled")
+    kopf_settings.persistence.diffbase_storage = NoDiffBase()
     kopf_settings.posting.loggers = False
     # `kubectl describe` shows Events "From: managed-runner-operator", not "kopf".
     kopf_settings.posting.reporting_component = EVENT_SOURCE
@@ -399,33 +406,6 @@ def drop_managed_fields(body: kopf.Body) -> bool:
     return True
 
 
-# id: kopf's stored progress key; `when`: another shard's objects are not this process's.
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile", when=owned)
-async def spec_changed(
-    body: kopf.Body,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    """React to a changed spec at once; the scheduler takes over the waiting.
-
-    A new object needs no create handler: `seen` makes its first pass due at once. Creating from
-    the scheduler alone means a creation backlog of thousands waits as compact queue entries, taking
-    turns per credential, not as a kopf worker and handler invocation each.
-    """
-    await memo.started.wait()  # every object that existed at start is indexed
-    # A spec change reads its Secrets now: whoever edits the spec may just have rotated a token.
-    outcome = await _pass(body, patch, memo, CONFIG.fast_interval, fresh=True)
-    if outcome is None:
-        return
-    if outcome.terminal:
-        raise kopf.PermanentError(_message(outcome))
-    after = cadence.after_pass(outcome.status.to_patch(), INTERVALS, retry_after=outcome.retry_after)
-    if after.cadence == cadence.Cadence.MEDIUM:
-        # The scheduler would take over too, but only once the status write is seen.
-        raise kopf.TemporaryError(_message(outcome), delay=after.delay)
-
-
 def _freshness(body: kopf.Body) -> float:
     """How old a batched observation may be: about one poll interval at this object's cadence."""
     return INTERVALS.freshness(cadence.of_status(body.get("status") or {}).cadence)
@@ -453,8 +433,10 @@ async def seen(
 ) -> None:
     """Feed the scheduler: keep the latest body and make sure a pass is due at this object's cadence.
 
-    A new object needs no create handler: it is due at once. A status that calls for a faster
-    cadence (a spec change now rolling out) brings its next pass forward; nothing ever delays one.
+    A new object needs no create handler: it is due at once. A new spec needs no update handler:
+    another generation (or, at a start, one the status has not observed) is due at once, and that
+    pass reads its Secrets now. A status that calls for a faster cadence (a rollout) brings its
+    next pass forward; nothing ever delays one.
     A deletion is due at once when first seen, then at the fast cadence; an object deleting without
     FINALIZER holds nothing of ours. The scheduler starts here, not at start-up, so its tasks run in
     kopf's per-object context, where Events can be posted.
@@ -482,13 +464,17 @@ async def seen(
         return
     status = body.get("status") or {}
     was_deleting = memo.bodies.deleting(uid)
-    if memo.bodies.put(uid, body):
+    bodies: Bodies = memo.bodies
+    if bodies.put(uid, body):
         if SHARD.count > 1:
             logger.info("Shard %s handles %s/%s.", SHARD, meta.get("namespace"), meta.get("name"))
-        scheduler.add(uid, 0.0 if deleting else _first_look(status))
+        scheduler.add(uid, 0.0 if deleting or bodies.spec_pending(uid) else _first_look(status))
         return
     if deleting:
         scheduler.add(uid, INTERVALS.fast if was_deleting else 0.0)
+        return
+    if bodies.spec_pending(uid):
+        scheduler.add(uid, 0.0)  # a spec change is looked at now, whatever the cadence
         return
     delay = INTERVALS.of(cadence.of_status(status).cadence)
     if delay is not None:
@@ -517,13 +503,16 @@ async def _scheduled_pass(memo: kopf.Memo, uid: str) -> float | None:
         await _add_finalizer(memo, raw)
         raw = memo.bodies.get(uid) or raw
     body, patch = kopf.Body(cast(Any, raw)), kopf.Patch()
+    # A new spec is planned against a recent observation, with its Secrets read now.
+    new_spec = memo.bodies.take_new_spec(uid)
     outcome = await _pass(
         body,
         patch,
         memo,
-        _freshness(body),
+        CONFIG.fast_interval if new_spec else _freshness(body),
         commit=lambda p, o: _commit(memo, uid, body, p, o),
         latest=lambda: memo.bodies.get(uid),
+        fresh=new_spec,
     )
     if outcome is None:
         return INTERVALS.resync
@@ -992,6 +981,10 @@ def _apply(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
     if any(value != current.get(key) for key, value in written.items()):
         for key, value in written.items():
             patch.status[key] = value
+        if "kopf" in current:
+            # kopf's bookkeeping from earlier releases (their spec handler): nothing reads it now,
+            # and it goes with a write that happens anyway, never with one of its own.
+            patch.status["kopf"] = None
     for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         log.info(

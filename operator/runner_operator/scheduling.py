@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner_operator import jsoncodec
+from runner_operator import cadence, jsoncodec
 from runner_operator.workqueue import Slot, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ class Kept:
     deleting: bool = False
     reserved: bool = False
     """its create key is reserved (the create is next): ahead of objects not yet looked at."""
+    generation: int = 0
 
 
 def _json(body: Mapping[str, Any]) -> bytes:
@@ -76,10 +77,16 @@ class Bodies:
     _kept: dict[str, Kept] = field(default_factory=dict)
     _written: dict[str, tuple[Kept, float]] = field(default_factory=dict)
     _packer: jsoncodec.Packer = field(default_factory=jsoncodec.Packer)
+    _new_specs: set[str] = field(default_factory=set)
 
     def put(self, uid: str, body: Mapping[str, Any]) -> bool:
-        """Keep what the watch delivered; True when the object is new here."""
+        """Keep what the watch delivered; True when the object is new here. A spec not looked at yet
+        (`cadence.spec_is_new`) is noted until a pass takes it (`take_new_spec`)."""
         kept = self._keep(body)
+        before = self._kept.get(uid)
+        seen = None if before is None else before.generation
+        if cadence.spec_is_new(kept.generation, seen, body.get("status") or {}):
+            self._new_specs.add(uid)
         written = self._written.get(uid)
         if written is not None and (
             not _older(kept.resource_version, written[0].resource_version) or self.clock() > written[1]
@@ -93,6 +100,17 @@ class Bodies:
         """Our status write returned this body: passes use it until the watch catches up."""
         if uid in self._kept:
             self._written[uid] = (self._keep(body), self.clock() + WRITTEN_TRUST)
+
+    def spec_pending(self, uid: str) -> bool:
+        """Whether a spec not looked at yet waits for this object's next pass."""
+        return uid in self._new_specs
+
+    def take_new_spec(self, uid: str) -> bool:
+        """Whether this pass is the first to look at the object's spec (it reads its Secrets now)."""
+        if uid in self._new_specs:
+            self._new_specs.discard(uid)
+            return True
+        return False
 
     def get(self, uid: str) -> dict[str, Any] | None:
         kept = self._latest(uid)
@@ -127,6 +145,7 @@ class Bodies:
     def forget(self, uid: str) -> None:
         self._kept.pop(uid, None)
         self._written.pop(uid, None)
+        self._new_specs.discard(uid)
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -147,6 +166,7 @@ class Bodies:
             deleting=bool(meta.get("deletionTimestamp")),
             reserved=bool(status.get("createRequestId")) and not status.get("runnerId"),
             group=sys.intern(f"{meta.get('namespace')}/{secret}") if secret else "default",  # shared by many
+            generation=generation if isinstance(generation := meta.get("generation"), int) else 0,
         )
 
 

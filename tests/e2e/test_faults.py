@@ -112,8 +112,8 @@ def test_failed_spec_change_is_retried_before_the_resync(world: FaultEnv) -> Non
     with reliability.scenario(
         "retry-cadence",
         "A spec change failing transiently is retried soon (resync 600 s)",
-        fault="14 x 503 on update (more than one pass of client retries) after a spec change "
-        "to a Ready runner",
+        fault="10 x 503 on update (more than one pass of client retries: about 7 fit its 10 s) after a "
+        "spec change to a Ready runner",
         expected="Synced=False ApiUnavailable with a non-steady cadence, retried within the medium "
         "interval (30 s), Ready at the new generation once the burst ends",
         source=source("test_failed_spec_change_is_retried_before_the_resync"),
@@ -123,7 +123,7 @@ def test_failed_spec_change_is_retried_before_the_resync(world: FaultEnv) -> Non
         world.operator(RUNNER_OPERATOR_RESYNC_INTERVAL="600")
         world.create(world.body("cadence", displayName="one"))
         world.wait_ready("cadence")
-        world.fault(endpoint="update", kind="error", status=503, times=14)
+        world.fault(endpoint="update", kind="error", status=503, times=10)
         generation = world.patch_spec("cadence", {"displayName": "two"})
         rec.time("reported ApiUnavailable", world.wait_reason("cadence", "Synced", "ApiUnavailable"))
         status = (world.get("cadence") or {}).get("status") or {}

@@ -288,8 +288,8 @@ def test_contract_walk_notices_a_renamed_field() -> None:
 # --- CRD <-> status.py -----------------------------------------------------------------------------------
 
 NOT_WRITTEN = {
-    ".status.kopf": "kopf's own storage (handler progress, last handled spec): kopf patches it, the operator "
-    "never writes it through StatusPatch",
+    ".status.kopf": "kopf's storage from earlier releases (handler progress, last handled spec): nothing "
+    "writes it now; the kopf layer removes it with the next status write, outside StatusPatch",
 }
 """Status properties the CRD declares that the operator's status patch never writes, with the reason."""
 

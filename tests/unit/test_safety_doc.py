@@ -257,9 +257,9 @@ RULES: list[tuple[str, str, list[str]]] = [
     (
         "One shard handles each resource, even while the shard count changes",
         "With N shards, a ManagedRunner belongs to the shard that sha256 of its namespace/name, modulo N, "
-        "names: the same answer in every process and release. A shard neither schedules, writes the "
-        "status of, nor runs kopf's spec handler for another shard's object (kopf's diff-base is not "
-        "stored for it either). Each shard index has its own Lease, which records N. A process starts "
+        "names: the same answer in every process and release. A shard neither schedules nor writes the "
+        "status of another shard's object (kopf, which only watches and posts Events, writes nothing "
+        "for any object). Each shard index has its own Lease, which records N. A process starts "
         "acting only if, once it holds its Lease, no other live Lease of the operator records another "
         "N; otherwise it hands its Lease back and waits, while the processes of the old N keep acting "
         "until they stop. So two shard counts never act at once, and an object goes unhandled only "
@@ -268,6 +268,8 @@ RULES: list[tuple[str, str, list[str]]] = [
             "tests/unit/core/test_sharding.py::test_every_object_belongs_to_exactly_one_shard",
             "tests/unit/core/test_sharding.py::test_the_shard_of_an_object_is_the_same_in_every_process_and_release",
             "tests/unit/core/test_sharding.py::test_blocking",
+            "tests/unit/core/test_watch_feed.py::test_seen_schedules_only_this_shards_objects",
+            "tests/unit/core/test_watch_feed.py::test_kopf_has_no_change_handler_and_keeps_no_diff_base",
             "tests/unit/test_leader.py::test_a_new_shard_count_waits_until_the_old_one_has_stopped",
             "tests/unit/test_leader.py::test_two_counts_starting_together_never_both_act",
             "tests/unit/test_leader.py::test_a_killed_old_shard_blocks_for_one_lease_duration_by_our_clock",
@@ -278,7 +280,7 @@ RULES: list[tuple[str, str, list[str]]] = [
         "No pass decides who holds a runner ID before every resource is known",
         "Which ManagedRunner may manage a runner ID, and who still uses a credentials Secret, is read "
         "from indexes over every ManagedRunner in the watched scope. At a start they are filled from one "
-        "list before the watch begins, and no pass (scheduled or on a spec change) runs until the watch "
+        "list before the watch begins, and no pass (a spec change's included) runs until the watch "
         "has delivered every object that list named. One the watch never delivers was deleted in "
         "between: only a later list without it releases its claim, never the wait itself. After that, "
         "every watch event refiles its object, and a deleted object claims and uses nothing.",

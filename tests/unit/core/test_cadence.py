@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from runner_operator.cadence import FIXED_OUTSIDE_THE_SPEC, Cadence, Intervals, after_pass, of_status
+from runner_operator.cadence import (
+    FIXED_OUTSIDE_THE_SPEC,
+    Cadence,
+    Intervals,
+    after_pass,
+    of_status,
+    spec_is_new,
+)
 from runner_operator.reasons import REASONS
 
 FAST, MEDIUM, SLOW, NONE = Cadence.FAST, Cadence.MEDIUM, Cadence.SLOW, Cadence.NONE
@@ -101,3 +108,23 @@ def test_next_look_after_a_pass(
     after = after_pass(given, INTERVALS, **kwargs)
     assert (after.cadence, after.delay) == (cadence, delay)
     assert after.why
+
+
+@pytest.mark.parametrize(
+    ("generation", "seen", "given", "expected"),
+    [
+        (2, 1, status(("True", "Available"), ("True", "Synced"), observedGeneration=1), True),  # edited
+        (2, 2, status(("True", "Available"), ("True", "Synced"), observedGeneration=1), False),  # status
+        (1, 1, status(), False),  # our own status write, seen back
+        (3, 2, status(("False", "ApiUnavailable"), ("False", "ApiUnavailable")), True),  # while retrying
+        (1, None, status(), False),  # first sight of a new object: due at once anyway, Secrets shared
+        (2, None, status(("True", "Available"), ("True", "Synced"), observedGeneration=1), True),  # when down
+        (2, None, status(("True", "Available"), ("True", "Synced"), observedGeneration=2), False),  # a start
+        (2, None, status(("False", "ApiUnavailable"), ("False", "ApiUnavailable")), False),  # never applied
+        (2, None, {"observedGeneration": "1"}, False),  # not a generation: the CRD says integer
+    ],
+)
+def test_a_spec_not_looked_at_yet(
+    generation: int, seen: int | None, given: dict[str, Any], expected: bool
+) -> None:
+    assert spec_is_new(generation, seen, given) is expected
