@@ -77,18 +77,28 @@ def of_status(status: Mapping[str, Any]) -> Verdict:
     return Verdict(Cadence.FAST, f"in flight: {ready.get('reason')}")
 
 
-def spec_is_new(generation: int, seen_generation: int | None, status: Mapping[str, Any]) -> bool:
+def spec_is_new(
+    generation: int, seen_generation: int | None, status: Mapping[str, Any], *, deleting: bool = False
+) -> bool:
     """Whether a watched body carries a spec not looked at yet: its pass is due at once and reads its
     Secrets now (whoever edits the spec may just have rotated a token).
 
-    Against the body last seen when there is one: any other generation is a spec change. At first
-    sight (a start) only the status can say: a spec applied before (`observedGeneration`) and changed
-    since. An object that never got that far is already looked at soon (fast or medium cadence).
+    Against the body last seen when there is one: any other generation is a spec change, except
+    the one a deletion makes (the API server moves the generation when it sets deletionTimestamp on
+    an object with finalizers). At first sight (a start) only the status can say: a pass that looks
+    at a spec writes its generation into the Synced condition, applied or not, so a generation
+    the status names and the body has moved past was changed while nobody looked.
     """
+    if deleting:
+        return False
     if seen_generation is not None:
         return generation != seen_generation
-    observed = status.get("observedGeneration")
-    return isinstance(observed, int) and observed != generation
+    conds = status.get("conditions") or ()
+    synced = [c for c in conds if isinstance(c, Mapping) and c.get("type") == "Synced"]
+    looked = synced[0].get("observedGeneration") if synced else None
+    if not isinstance(looked, int):
+        looked = status.get("observedGeneration")  # the generation last applied
+    return isinstance(looked, int) and looked != generation
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,9 @@ EVENT_SOURCE = "managed-runner-operator"
 KUBE_RETRY_BACKOFFS = (1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 60, 60, 60, 60, 60)
 """Seconds between kopf's retries of a failed Kubernetes request (about 7 minutes in all).
 
-kopf writes the status after the spec-change and finalizer handlers, and posts Events, with these
-retries. Its default retries for under a minute, shorter than an ordinary control-plane upgrade;
-these cover one."""
+kopf posts Events with these retries (the operator's own status and finalizer writes have
+`STATUS_WRITE_BACKOFFS`). Its default retries for under a minute, shorter than an ordinary
+control-plane upgrade; these cover one."""
 
 
 def owned(body: Mapping[str, Any], **_: Any) -> bool:
@@ -739,10 +739,9 @@ async def _pass(
 ) -> Outcome | None:
     """One serialised reconcile pass for this object; the outcome is applied to `patch` and Events.
 
-    `commit` writes the patch before the lock is released (kopf writes it after a handler returns),
-    so the next pass for this object never starts before the last one's status is stored. `latest`
-    re-reads the body once the lock is held: a pass that waited for another must not act on the
-    spec and status from before it (kopf's handlers get a body kopf keeps up to date itself).
+    `commit` writes the patch before the lock is released, so the next pass for this object never
+    starts before the last one's status is stored. `latest` re-reads the body once the lock is held:
+    a pass that waited for another must not act on the spec and status from before it.
     """
     uid = str(body.get("metadata", {}).get("uid"))
     locks: dict[str, asyncio.Lock] = memo.locks
@@ -751,7 +750,7 @@ async def _pass(
         if latest is not None:
             raw = latest()
             if raw is None:
-                return None  # gone, or deleting: the finalizer's handler has it
+                return None  # gone
             body = kopf.Body(cast(Any, raw))
         try:
             res = resource.ManagedRunnerResource.from_body(body)

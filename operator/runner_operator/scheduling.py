@@ -85,7 +85,7 @@ class Bodies:
         kept = self._keep(body)
         before = self._kept.get(uid)
         seen = None if before is None else before.generation
-        if cadence.spec_is_new(kept.generation, seen, body.get("status") or {}):
+        if cadence.spec_is_new(kept.generation, seen, body.get("status") or {}, deleting=kept.deleting):
             self._new_specs.add(uid)
         written = self._written.get(uid)
         if written is not None and (

@@ -3,7 +3,8 @@
 The API server silently prunes a status key its CRD does not declare, so a misspelled string key
 would be lost without a trace. These models mirror the CRD's status schema field for field
 (tests/unit/test_crd_contract.py checks it); a misspelled field is a type error instead. Pure
-values: no I/O, no kopf. `status.kopf` is kopf's own storage and is deliberately not modelled.
+values: no I/O, no kopf. `status.kopf` (kopf's storage, written by earlier releases) is not
+modelled: the kopf layer removes it.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - apiGroups: ["sandbox.coreweave.com"]
   resources: ["managedrunners"]
   verbs: ["list", "watch", "patch"]
-# Application: write status (conditions, cloud state, kopf's progress under status.kopf).
+# Application: write status (conditions, cloud state; removes status.kopf left by earlier releases).
 - apiGroups: ["sandbox.coreweave.com"]
   resources: ["managedrunners/status"]
   verbs: ["patch"]

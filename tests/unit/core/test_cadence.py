@@ -110,21 +110,38 @@ def test_next_look_after_a_pass(
     assert after.why
 
 
+def looked(synced: str, reason: str, at: int | None, applied: int | None = None) -> dict[str, Any]:
+    """A status whose Synced condition was written by a pass at generation `at`; `applied`: the
+    generation last applied (status.observedGeneration)."""
+    cond: dict[str, Any] = {"type": "Synced", "status": synced, "reason": reason}
+    if at is not None:
+        cond["observedGeneration"] = at
+    extra = {} if applied is None else {"observedGeneration": applied}
+    return {"conditions": [{"type": "Ready", "status": "True", "reason": "Available"}, cond], **extra}
+
+
 @pytest.mark.parametrize(
-    ("generation", "seen", "given", "expected"),
+    ("generation", "seen", "given", "deleting", "expected"),
     [
-        (2, 1, status(("True", "Available"), ("True", "Synced"), observedGeneration=1), True),  # edited
-        (2, 2, status(("True", "Available"), ("True", "Synced"), observedGeneration=1), False),  # status
-        (1, 1, status(), False),  # our own status write, seen back
-        (3, 2, status(("False", "ApiUnavailable"), ("False", "ApiUnavailable")), True),  # while retrying
-        (1, None, status(), False),  # first sight of a new object: due at once anyway, Secrets shared
-        (2, None, status(("True", "Available"), ("True", "Synced"), observedGeneration=1), True),  # when down
-        (2, None, status(("True", "Available"), ("True", "Synced"), observedGeneration=2), False),  # a start
-        (2, None, status(("False", "ApiUnavailable"), ("False", "ApiUnavailable")), False),  # never applied
-        (2, None, {"observedGeneration": "1"}, False),  # not a generation: the CRD says integer
+        (2, 1, looked("True", "Synced", 1, 1), False, True),  # edited
+        (2, 2, looked("True", "Synced", 1, 1), False, False),  # a status write, seen back
+        (1, 1, status(), False, False),
+        (3, 2, looked("False", "ApiUnavailable", 2, 1), False, True),  # edited while retrying
+        (2, 1, looked("True", "Synced", 1, 1), True, False),  # the deletion moved the generation
+        (1, None, status(), False, False),  # first sight of a new object: due at once anyway, Secrets shared
+        (2, None, looked("True", "Synced", 1, 1), False, True),  # edited while the operator was down
+        (2, None, looked("True", "Synced", 2, 2), False, False),  # a start
+        (2, None, looked("False", "ApiUnavailable", 2, 1), False, False),  # looked at, failed: not new
+        (3, None, looked("False", "ApiUnavailable", 2, 1), False, True),  # failed, then edited
+        (2, None, looked("False", "InvalidSpec", 2), False, False),  # stalled on this spec: not new
+        (2, None, looked("True", "Synced", 1, 1), True, False),  # deleting while the operator was down
+        (2, None, {"observedGeneration": 1}, False, True),  # no Synced condition: the applied one
+        (2, None, looked("True", "Synced", None, 2), False, False),  # a condition without its generation:
+        (3, None, looked("True", "Synced", None, 2), False, True),  # the applied one
+        (2, None, {"observedGeneration": "1"}, False, False),  # not a generation: the CRD says integer
     ],
 )
 def test_a_spec_not_looked_at_yet(
-    generation: int, seen: int | None, given: dict[str, Any], expected: bool
+    generation: int, seen: int | None, given: dict[str, Any], deleting: bool, expected: bool
 ) -> None:
-    assert spec_is_new(generation, seen, given) is expected
+    assert spec_is_new(generation, seen, given, deleting=deleting) is expected

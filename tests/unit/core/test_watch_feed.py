@@ -93,7 +93,7 @@ def _ready(generation: int, observed: int) -> dict[str, Any]:
         "observedGeneration": observed,
         "conditions": [
             {"type": "Ready", "status": "True", "reason": "Available"},
-            {"type": "Synced", "status": "True", "reason": "Synced"},
+            {"type": "Synced", "status": "True", "reason": "Synced", "observedGeneration": observed},
         ],
     }
     return body
@@ -162,3 +162,15 @@ async def test_the_pass_for_a_new_spec_reads_its_secrets_now_against_a_recent_li
     await handlers._scheduled_pass(memo, "uid-r0")
     steady = handlers.INTERVALS.freshness(Cadence.SLOW)
     assert asked == [(steady, False), (handlers.CONFIG.fast_interval, True), (steady, False)]
+
+
+async def test_a_deletion_moves_the_generation_but_is_no_new_spec() -> None:
+    """The API server moves the generation when it sets deletionTimestamp on an object with finalizers:
+    the deletion pass is due at once, but reads Secrets shared (a mass deletion: one read, not N)."""
+    memo = _memo()
+    deleting = _ready(2, 1)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-07T00:00:00Z"
+    for body in (_ready(1, 1), deleting):
+        await seen(type="MODIFIED", body=kopf.Body(cast(Any, body)), memo=memo)
+    assert memo.scheduler.delays[-1] == 0.0
+    assert not memo.bodies.take_new_spec("uid-r0")
