@@ -503,6 +503,7 @@ async def _scheduled_pass(memo: kopf.Memo, uid: str) -> float | None:
         await _add_finalizer(memo, raw)
         raw = memo.bodies.get(uid) or raw
     body, patch = kopf.Body(cast(Any, raw)), kopf.Patch()
+    version, read = memo.bodies.version(uid), raw
     # A new spec is planned against a recent observation, with its Secrets read now.
     new_spec = memo.bodies.take_new_spec(uid)
     outcome = await _pass(
@@ -511,7 +512,7 @@ async def _scheduled_pass(memo: kopf.Memo, uid: str) -> float | None:
         memo,
         CONFIG.fast_interval if new_spec else _freshness(body),
         commit=lambda p, o: _commit(memo, uid, body, p, o),
-        latest=lambda: memo.bodies.get(uid),
+        latest=lambda: memo.bodies.unless_newer(uid, read, version),
         fresh=new_spec,
     )
     if outcome is None:

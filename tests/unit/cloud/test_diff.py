@@ -12,7 +12,7 @@ from pydantic.alias_generators import to_camel
 
 from runner_operator.cloud import diff
 from runner_operator.cloud.diff import compute_update, immutable_differences, parse_quantity
-from runner_operator.cloud.models import CloudRunner, RunnerSpec, parse_runner, to_wire
+from runner_operator.cloud.models import CloudRunner, RunnerSpec, WireModel, parse_runner, to_wire
 from tests.unit.cloud.fakes import runner_json
 
 DELETE = object()
@@ -384,6 +384,27 @@ def test_immutable_differences(desired: dict[str, Any], expected: tuple[str, ...
 )
 def test_parse_quantity(text: str, value: Fraction | None) -> None:
     assert parse_quantity(text) == value
+
+
+def test_parse_quantity_is_remembered() -> None:
+    assert parse_quantity("1536Mi") is parse_quantity("1536Mi")
+
+
+def test_a_runner_echoed_as_sent_builds_no_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common pass: the server echoes what was sent, and equal values need no semantic form."""
+    wire = runner_json("a", policy={"base": {"x": 1}, "constraints": {"resources": {"maxCpu": "500m"}}})
+    sent, echoed = parse_runner(wire), parse_runner(copy.deepcopy(wire))
+    assert sent.policy is not echoed.policy
+    built: list[object] = []
+    real = diff._form
+
+    def spy(value: object, marks: frozenset[str]) -> object:
+        built.append(value)
+        return real(value, marks)
+
+    monkeypatch.setattr(diff, "_form", spy)
+    assert compute_update(sent, echoed) is None
+    assert not [value for value in built if isinstance(value, WireModel)]
 
 
 def test_the_semantic_form_memo_is_by_identity_and_bounded() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner_operator.cloud.diff import compute_update, parse_quantity
+from runner_operator.cloud.diff import SPEC_PATHS, _same, compute_update, parse_quantity, semantic_form
 from runner_operator.cloud.models import CloudRunner, to_wire
 
 names = st.text(alphabet="abcxyz-1", min_size=1, max_size=6)
@@ -122,6 +122,19 @@ def test_applying_the_update_converges(desired: CloudRunner, observed: CloudRunn
     assert list(update.mask) == sorted(set(update.mask))
     assert not any(p in update.mask for p in ("identity.runnerId", "identity.zone", "identity.clusterId"))
     assert compute_update(desired, _apply(observed, update.mask, update.body)) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(runners, runners)
+def test_equal_values_short_cut_nothing(first: CloudRunner, second: CloudRunner) -> None:
+    """`_same` compares by value before meaning: it must agree with comparing forms alone, for
+    values that are equal (a copy, as a server echoes them) and for values that are not."""
+    for mine, theirs in ((first, second), (first, CloudRunner.model_validate(to_wire(first)))):
+        pairs = [(mine.policy, theirs.policy)] + [
+            (getattr(mine.spec, name, None), getattr(theirs.spec, name, None)) for name in SPEC_PATHS
+        ]
+        for a, b in pairs:
+            assert _same(a, b) == (semantic_form(a) == semantic_form(b))
 
 
 @given(

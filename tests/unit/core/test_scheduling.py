@@ -94,6 +94,21 @@ def test_the_watch_wins_when_versions_do_not_compare_and_our_write_expires() -> 
     assert bodies.get("u")["metadata"]["resourceVersion"] == "5"  # type: ignore[index]
 
 
+def test_a_pass_unpacks_its_body_once_unless_a_newer_one_came() -> None:
+    bodies = Bodies()
+    bodies.put("u", _body("1"))
+    read = bodies.get("u")
+    assert read is not None
+    assert bodies.unless_newer("u", read, "1") is read, "nothing newer: not unpacked again"
+    bodies.wrote("u", _body("2", runner_id="r-1"))  # our own write came while the pass waited
+    newer = bodies.unless_newer("u", read, "1")
+    assert newer is not None
+    assert newer["status"] == {"runnerId": "r-1"}
+    assert bodies.unless_newer("u", read, None) is not read, "a version unknown when read proves nothing"
+    bodies.forget("u")
+    assert bodies.unless_newer("u", read, "2") is None, "gone"
+
+
 def test_a_write_for_a_forgotten_object_is_not_kept() -> None:
     bodies = Bodies()
     bodies.put("u", _body("1"))
