@@ -4,8 +4,10 @@
 
 At resync 60 s, N runners cost N/60 such passes a second: this is the floor of the operator's
 steady CPU. Reported as ratios measured in one run: the full pass, the same with the semantic-form
-memo of cloud/diff.py turned off (each pass then computes every form twice: to plan, and again to
-report readiness), and a pass recognised as quiet and skipped (`runner_operator.quiet`: the same
+memo of cloud/diff.py turned off (each pass then computes every form it needs twice: to plan, and
+again to report readiness; the simulator echoes what was sent, and equal values need no form, so
+here the two are about the same: the memo counts where a server respells what it stores), and a
+pass recognised as quiet and skipped (`runner_operator.quiet`: the same
 inputs as the last pass that wrote, sent and reported nothing). Each includes parsing the object,
 as the handler does. In-process simulator; no Kubernetes.
 """
