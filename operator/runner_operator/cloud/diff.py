@@ -223,11 +223,18 @@ _SUFFIXES: Final = {
 }
 
 
-@functools.lru_cache(maxsize=1024)
+QUANTITY_KEPT_LENGTH: Final = 64
+"""Longest spelling remembered: a quantity field has no length limit, the memo must have one."""
+
+
 def parse_quantity(text: str) -> Fraction | None:
     """The exact value of a Kubernetes quantity (`500m`, `1Gi`, `1e3`), or None when it is not one.
 
     Remembered (Fractions are immutable): a fleet spells the same few quantities in every runner."""
+    return _remembered(text) if len(text) <= QUANTITY_KEPT_LENGTH else _quantity(text)
+
+
+def _quantity(text: str) -> Fraction | None:
     match = _QUANTITY.fullmatch(text.strip())
     if match is None:
         return None
@@ -239,3 +246,7 @@ def parse_quantity(text: str) -> Fraction | None:
     if exponent is not None:
         return amount * Fraction(10) ** int(exponent)
     return amount * _SUFFIXES[suffix] if suffix else amount
+
+
+_remembered = functools.lru_cache(maxsize=1024)(_quantity)
+"""At most 1,024 spellings of at most QUANTITY_KEPT_LENGTH characters."""

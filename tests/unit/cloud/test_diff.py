@@ -386,8 +386,11 @@ def test_parse_quantity(text: str, value: Fraction | None) -> None:
     assert parse_quantity(text) == value
 
 
-def test_parse_quantity_is_remembered() -> None:
+def test_parse_quantity_is_remembered_for_short_spellings_only() -> None:
     assert parse_quantity("1536Mi") is parse_quantity("1536Mi")
+    long = "1" + "0" * diff.QUANTITY_KEPT_LENGTH  # a field without a length limit: not kept
+    assert parse_quantity(long) == 10**diff.QUANTITY_KEPT_LENGTH
+    assert parse_quantity(long) is not parse_quantity(long)
 
 
 def test_a_runner_echoed_as_sent_builds_no_form(monkeypatch: pytest.MonkeyPatch) -> None:

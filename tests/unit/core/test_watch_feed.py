@@ -174,3 +174,37 @@ async def test_a_deletion_moves_the_generation_but_is_no_new_spec() -> None:
         await seen(type="MODIFIED", body=kopf.Body(cast(Any, body)), memo=memo)
     assert memo.scheduler.delays[-1] == 0.0
     assert not memo.bodies.take_new_spec("uid-r0")
+
+
+@pytest.mark.parametrize("newer_meanwhile", [False, True])
+async def test_a_pass_unpacks_its_body_once_unless_a_newer_one_came_while_it_waited(
+    newer_meanwhile: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memo, unpacked, acted_on = _memo(), list[str](), list[dict[str, Any] | None]()
+    bodies: Bodies = memo.bodies
+    real_get = bodies.get
+
+    def counting_get(uid: str) -> dict[str, Any] | None:
+        unpacked.append(uid)
+        return real_get(uid)
+
+    def versioned(generation: int, version: str) -> kopf.Body:
+        body = _ready(generation, 1)
+        body["metadata"]["resourceVersion"] = version
+        return kopf.Body(cast(Any, body))
+
+    async def fake_pass(
+        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, max_age: float, **kw: Any
+    ) -> Outcome:
+        if newer_meanwhile:  # as if the pass had waited on the object's lock
+            await seen(type="MODIFIED", body=versioned(2, "6"), memo=memo)
+        acted_on.append(kw["latest"]())
+        return Outcome(StatusPatch())
+
+    monkeypatch.setattr(bodies, "get", counting_get)
+    monkeypatch.setattr(handlers, "_pass", fake_pass)
+    await seen(type="MODIFIED", body=versioned(1, "5"), memo=memo)
+    await handlers._scheduled_pass(memo, "uid-r0")
+    assert len(unpacked) == (2 if newer_meanwhile else 1)
+    assert acted_on[0] is not None
+    assert acted_on[0]["metadata"]["generation"] == (2 if newer_meanwhile else 1)
