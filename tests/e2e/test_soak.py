@@ -18,6 +18,10 @@ def test_soak_keeps_the_cloud_equal_to_the_resources(kube: Kube, crd: str, tmp_p
     )
     print(soak.render(report, 50))
     if not report["ok"]:
+        for key in ("leaked", "destroyed", "duplicated", "not_deleted"):
+            print(f"{key}: {report[key]}")
+        for name, why in sorted(report["unsettled_why"].items()):
+            print(f"not settled: {name}: {why}")
         for log in sorted(tmp_path.glob("operator-*.log")):
             problems = [line for line in log.read_text(errors="replace").splitlines() if "ERROR" in line]
             print(f"--- {log.name}: {len(problems)} error lines; last ones:", *problems[-15:], sep="\n")
