@@ -199,12 +199,17 @@ class TokenRegistry:
     """(namespace, Secret name or "" for the Namespace's labels) -> when it was read, and the read
     (shared while in flight and for a while after)."""
 
-    async def protect(self, namespace: str, name: str) -> None:
-        """Keep IN_USE_FINALIZER on this credentials Secret (one patch per Secret per process)."""
+    async def protect(self, namespace: str, name: str) -> bool:
+        """Keep IN_USE_FINALIZER on this credentials Secret (one patch per Secret per process).
+
+        False: the Secret is gone or already being deleted (a token from a shared read may outlive
+        it by a few seconds), so nothing keeps it until a runner made with it is deleted."""
         if self.guard is None or (namespace, name) in self._protected:
-            return
+            return True
         if await asyncio.to_thread(self.guard, namespace, name, True):
             self._protected.add((namespace, name))
+            return True
+        return False
 
     async def unprotect(self, namespace: str, name: str) -> None:
         """Drop IN_USE_FINALIZER: no ManagedRunner needs this Secret any more."""

@@ -36,6 +36,7 @@ from runner_operator.credentials import (
 )
 from runner_operator.indexing import Indexes, Startup
 from runner_operator.quiet import QuietPasses
+from runner_operator.reasons import Reason
 from runner_operator.reconciling import CredentialsProblem, Outcome
 from runner_operator.scheduling import CREATE, STEADY, Bodies, Scheduler
 from runner_operator.status import StatusPatch
@@ -832,12 +833,13 @@ async def _with_credentials(
             cloud = Runners(credentials.client(resolved.token), credentials.cache(resolved.token), max_age)
             return await reconciling.reconcile(res, cloud, used, quiet)
 
+    unbound = creating and not res.deleting and not res.status.get("runnerId")
     try:
-        resolved = await _resolve(credentials, res, fresh=fresh)
+        resolved = await _resolve(credentials, res, fresh=fresh, unbound=unbound)
         outcome = await reconcile_as(resolved)
         if not (resolved.shared and outcome.credentials_rejected):
             return outcome
-        again = await _resolve(credentials, res, fresh=True)
+        again = await _resolve(credentials, res, fresh=True, unbound=unbound)
     except CredentialsProblem as exc:
         return reconciling.failed(res, ctx, exc)
     if again.token.get_secret_value() == resolved.token.get_secret_value():
@@ -846,11 +848,18 @@ async def _with_credentials(
 
 
 async def _resolve(
-    credentials: TokenRegistry, res: resource.ManagedRunnerResource, *, fresh: bool
+    credentials: TokenRegistry, res: resource.ManagedRunnerResource, *, fresh: bool, unbound: bool
 ) -> creds.Resolved:
+    """The pass's credentials, with their Secret protected. A resource not bound to a runner yet is
+    given none from a Secret that cannot be protected (gone, or being deleted): a runner created with
+    it could not be deleted once the Secret is gone. A bound or deleting one keeps its token."""
     resolved = await credentials.resolve(res, env=not res.deleting, fresh=fresh)
-    if resolved.secret:
-        await credentials.protect(res.namespace, resolved.secret)
+    if resolved.secret and not await credentials.protect(res.namespace, resolved.secret) and unbound:
+        raise CredentialsProblem(
+            Reason.CREDENTIALS_SECRET_NOT_FOUND,
+            f"credentials Secret {res.namespace}/{resolved.secret} (spec.credentials) is gone or being "
+            "deleted: no runner is created with credentials that cannot outlive it",
+        )
     return resolved
 
 

@@ -85,7 +85,9 @@ RULES: list[tuple[str, str, list[str]]] = [
         "Secret, the Secret carries the finalizer sandbox.coreweave.com/credentials-in-use, so deleting the "
         "namespace or the Argo CD application cannot take the token away first; the finalizer goes when "
         "no ManagedRunner needs the Secret any more. A Secret the spec switched away from keeps it until the "
-        "new credentials have seen the runner.",
+        "new credentials have seen the runner. No runner is created with a token whose Secret cannot take "
+        "that finalizer (gone, or already being deleted, while a shared read still holds its token): the "
+        "pass sends nothing and reports CredentialsSecretNotFound.",
         [
             f"{OWN}::test_rule[orphan-releases-without-any-evidence]",
             "tests/unit/core/test_ownership_shell.py::test_identity_is_enough_to_delete_an_unreadable_spec",
@@ -97,6 +99,8 @@ RULES: list[tuple[str, str, list[str]]] = [
             "tests/unit/core/test_secret_protection.py::"
             "test_release_drops_the_finalizer_only_when_no_other_resource_uses_the_secret",
             "tests/unit/core/test_secret_protection.py::test_never_sent_needs_no_credentials_to_delete",
+            "tests/unit/core/test_secret_protection.py::"
+            "test_nothing_is_created_with_a_secret_that_cannot_be_protected",
         ],
     ),
     (

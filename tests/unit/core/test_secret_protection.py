@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
+
+import pytest
 
 from runner_operator import handlers, reconciling, resource
 from runner_operator.credentials import TokenRegistry
+from runner_operator.quiet import QuietPasses
 from runner_operator.settings import Settings
 from runner_operator.status import StatusPatch
 from tests.unit.builders import metadata
@@ -54,9 +58,44 @@ async def test_a_protected_secret_is_patched_once_per_process() -> None:
 async def test_a_secret_that_could_not_be_protected_is_tried_again() -> None:
     guard = Guard(result=False)  # gone, or already being deleted
     creds = credentials(guard)
-    await creds.protect("ns", "a")
-    await creds.protect("ns", "a")
+    assert not await creds.protect("ns", "a")
+    assert not await creds.protect("ns", "a")
     assert guard.calls == [("ns", "a", True), ("ns", "a", True)]
+
+
+@pytest.mark.parametrize(
+    ("status", "deleting", "creating", "sends"),
+    [
+        pytest.param({}, False, True, False, id="not-bound-yet-creates-nothing"),
+        pytest.param({"createRequestId": "k"}, False, True, False, id="reserved-key-is-not-replayed"),
+        pytest.param({"runnerId": "r1"}, False, False, True, id="bound-keeps-its-token"),
+        pytest.param({"createRequestId": "k"}, True, True, True, id="deleting-keeps-its-token"),
+    ],
+)
+async def test_nothing_is_created_with_a_secret_that_cannot_be_protected(
+    status: dict[str, Any], deleting: bool, creating: bool, sends: bool
+) -> None:
+    """A token read a moment before its Secret was deleted (shared reads) must not create a runner:
+    with no Secret left to keep, that runner's deletion could never be done."""
+    target = res("a", **status)
+    if deleting:
+        target = target.model_copy(update={"deletion_timestamp": "2026-12-07T00:00:00Z"})
+    ran: list[str] = []
+
+    async def reconcile(*_: Any, **__: Any) -> reconciling.Outcome:
+        ran.append("pass")
+        return outcome()
+
+    ctx = reconciling.Context(now=datetime.datetime(2026, 12, 7, tzinfo=datetime.UTC), deletion_timeout=60)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reconciling, "reconcile", reconcile)
+        got = await handlers._with_credentials(
+            target, ctx, credentials(Guard(result=False)), creating=creating, max_age=1.0, quiet=QuietPasses()
+        )
+    assert bool(ran) == sends
+    if not sends:
+        assert got.status.conditions is not None
+        assert "cannot outlive it" in str(got.status.to_patch())
 
 
 def outcome(*, release: bool = False, **written: Any) -> reconciling.Outcome:
