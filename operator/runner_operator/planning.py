@@ -62,21 +62,20 @@ class Facts:
 
 
 def absence_needs_proof(
-    *, deleting: bool, bound: bool, credential_changed: bool, reserved: bool, replacing: bool
+    *, deleting: bool, bound: bool, credential_changed: bool, stale_key: bool, replacing: bool
 ) -> bool:
     """Whether "absent" must be the API's own NOT_FOUND for this runner (a direct GET), not a list's.
 
     A list can miss a runner (one made since it was read, or skipped by pagination under change).
-    Acting on that is safe only where the API itself arbitrates what follows: sending the create for
-    a key already reserved (a duplicate is refused with ALREADY_EXISTS, then read directly). The
-    reservation itself follows a direct read, so that a runner made before it is told apart from
-    one our create made (RunnerIdTaken, not OwnershipUnknown). `reserved` means a key reserved for
-    this runner ID, not one left from an earlier runner. Where absence would release, forget or
-    recreate a runner (bound, deleting), let a replacement delete the runner it holds (the new ID
-    must be proven free), or is read with a credential that proves nothing (changed), it must come
-    from a GET too.
+    Acting on that is safe only where the API itself arbitrates what follows: reserving a create
+    key and sending the create (a runner that exists refuses it with ALREADY_EXISTS; it is then read
+    directly, and its creation time against the key's decides: taken, ours, or OwnershipUnknown for
+    a person). Where absence would release, forget or recreate a runner (bound, deleting), let a
+    replacement delete the runner it holds (the new ID must be proven free), is read with a
+    credential that proves nothing (changed), or would send a key reserved for another runner ID
+    (`stale_key`), it must come from a GET too.
     """
-    return deleting or bound or credential_changed or replacing or not reserved
+    return deleting or bound or credential_changed or replacing or stale_key
 
 
 @dataclass(frozen=True)

@@ -183,13 +183,13 @@ async def _reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: C
         bound = is_bound(res, ctx.bound_here)
         request_id = res.status.get("createRequestId")
         held_elsewhere = held_id(res)
-        # A fresh list's absence may send the create for a key reserved for this runner ID (the API
+        # A list's absence may reserve a create key for this runner ID and send the create (the API
         # refuses a duplicate); anything else that would act on a runner being gone reads it directly.
         proof = planning.absence_needs_proof(
             deleting=res.deleting,
             bound=bound,
             credential_changed=credential_changed(res, ctx.credential),
-            reserved=bool(request_id) and request_id == request_key(res, recreations=recreations(res)),
+            stale_key=bool(request_id) and request_id != request_key(res, recreations=recreations(res)),
             replacing=held_elsewhere is not None,
         )
         observed = await cloud.observe(res.spec.runner_id, prove_absence=proof)

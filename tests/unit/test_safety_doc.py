@@ -30,13 +30,16 @@ RULES: list[tuple[str, str, list[str]]] = [
         "route), a NOT_FOUND that names another resource, a 401 or a 403 is an endpoint or credentials "
         "problem: it is reported (Synced=False, Stalled=True, reason EndpointMisrouted or the credentials "
         "reason) and never leads to a create, a forgotten binding or a released finalizer. A runner "
-        "missing from the shared list counts only where the API itself arbitrates what follows: the "
-        "create for a key already reserved (a duplicate is refused with ALREADY_EXISTS, and the runner "
-        "is then read directly before anything is decided). Reserving the key, releasing, forgetting "
-        "or recreating a runner always follows a direct read of that runner.",
+        "missing from the shared list counts only where the API itself arbitrates what follows: "
+        "reserving a create key for that runner ID and sending the create (a runner that exists "
+        "refuses it with ALREADY_EXISTS; it is then read directly, and its creation time against the "
+        "key's decides: someone else's (RunnerIdTaken), ours, or too close to tell (OwnershipUnknown, "
+        "nothing bound, deleted or released until a person decides)). Releasing, forgetting or "
+        "recreating a runner, and sending a key reserved for another runner ID, always follow a "
+        "direct read of that runner.",
         [
             "tests/unit/core/test_creation_reads.py::test_which_absence_needs_the_apis_own_not_found",
-            "tests/unit/core/test_creation_reads.py::test_a_runner_made_before_the_reservation_is_taken_even_if_the_list_missed_it",
+            "tests/unit/core/test_creation_reads.py::test_a_runner_the_list_missed_before_the_reservation_is_never_taken_for_ours",
             "tests/unit/core/test_creation_reads.py::test_a_runner_the_list_missed_after_the_reservation_is_read_before_deciding",
             "tests/unit/core/test_creation_reads.py::test_a_replacement_target_the_list_missed_keeps_the_old_runner",
             "tests/unit/core/test_creation_reads.py::test_a_bound_runner_missing_from_the_list_is_read_directly",

@@ -1,8 +1,9 @@
 """What a creation costs, and what a list's absence may decide (`planning.absence_needs_proof`).
 
 Rule: a list's absence may reserve a create key and send the create, because the API arbitrates a
-create (ALREADY_EXISTS); it never releases, forgets or recreates a runner. The shell runs against the
-in-process simulator with a shared list snapshot, as the operator does, and counts the calls.
+create (ALREADY_EXISTS, then a direct read); it never releases, forgets or recreates a runner. The
+shell runs against the in-process simulator with a shared list snapshot, as the operator does, and
+counts the calls.
 """
 
 from __future__ import annotations
@@ -58,25 +59,25 @@ def calls(server: RunningServer) -> Counter[str]:
 
 
 @pytest.mark.parametrize(
-    ("deleting", "bound", "credential_changed", "reserved", "replacing", "needs_proof"),
+    ("deleting", "bound", "credential_changed", "stale_key", "replacing", "needs_proof"),
     [
-        (False, False, False, True, False, False),  # the create for a reserved key: the API arbitrates
-        (False, False, False, False, False, True),  # the reservation: a runner made before it must be seen
-        (False, True, False, True, False, True),  # gone while bound: it would be recreated
-        (True, False, False, True, False, True),  # deleting: it would be released
+        (False, False, False, False, False, False),  # reserve and create: the API arbitrates
+        (False, False, False, True, False, True),  # a key reserved for another runner ID
+        (False, True, False, False, False, True),  # gone while bound: it would be recreated
+        (True, False, False, False, False, True),  # deleting: it would be released
         (True, True, False, False, False, True),
-        (False, False, True, True, False, True),  # another credential's NOT_FOUND proves nothing
-        (False, False, False, True, True, True),  # a free new ID lets a replacement delete the old runner
+        (False, False, True, False, False, True),  # another credential's NOT_FOUND proves nothing
+        (False, False, False, False, True, True),  # a free new ID lets a replacement delete the old runner
     ],
 )
 def test_which_absence_needs_the_apis_own_not_found(
-    deleting: bool, bound: bool, credential_changed: bool, reserved: bool, replacing: bool, needs_proof: bool
+    deleting: bool, bound: bool, credential_changed: bool, stale_key: bool, replacing: bool, needs_proof: bool
 ) -> None:
     got = planning.absence_needs_proof(
         deleting=deleting,
         bound=bound,
         credential_changed=credential_changed,
-        reserved=reserved,
+        stale_key=stale_key,
         replacing=replacing,
     )
     assert got == needs_proof
@@ -102,37 +103,75 @@ async def test_nothing_is_created_before_the_finalizer_is_on_the_resource(
     assert (await obj.step()).calls == ("create",)
 
 
-async def test_a_creation_costs_a_get_a_create_and_a_share_of_a_list(
+async def test_a_creation_costs_a_create_and_a_share_of_a_list(
     server: RunningServer, cloud: CloudClient
 ) -> None:
     obj = Object(cloud)
-    await obj.step()
+    reserved = await obj.step()
+    assert reserved.calls == ()
     assert obj.body["status"]["createRequestId"]
     created = await obj.step()
     assert created.calls == ("create",)
-    assert calls(server) == {"list": 1, "get": 1, "create": 1}, "the create went out on the list's absence"
+    assert calls(server) == {"list": 1, "create": 1}, (
+        "the key was reserved and the create sent on the list's absence"
+    )
 
 
-async def test_a_runner_made_before_the_reservation_is_taken_even_if_the_list_missed_it(
-    server: RunningServer, cloud: CloudClient
+def sim_time(server: RunningServer) -> datetime:
+    return datetime.fromtimestamp(server.simulator.now(), UTC)
+
+
+@pytest.mark.parametrize(
+    ("made_before_the_key", "adopt", "reason", "key_kept"),
+    [
+        (timedelta(minutes=10), False, "RunnerIdTaken", False),  # provably someone else's
+        (
+            timedelta(seconds=20),
+            False,
+            "OwnershipUnknown",
+            True,
+        ),  # within the clocks' margin: a person decides
+        (timedelta(seconds=20), True, "Adopted", False),  # spec.adopt: managed from here either way
+    ],
+)
+async def test_a_runner_the_list_missed_before_the_reservation_is_never_taken_for_ours(
+    server: RunningServer,
+    cloud: CloudClient,
+    made_before_the_key: timedelta,
+    adopt: bool,
+    reason: str,
+    key_kept: bool,
 ) -> None:
-    obj = Object(cloud)
+    """Made by someone else after the list was read and before our key: the create is refused, the
+    runner read directly, and its creation time against the key's decides. Never bound as created
+    here, never deleted."""
+    spec = {"adopt": True} if adopt else {}
+    obj = Object(cloud, sim_time(server) + made_before_the_key - timedelta(seconds=1), **spec)
     await obj.cache.identities(0)  # a snapshot taken just before someone else made the runner
     server.simulator.create({"identity": IDENTITY, "policy": {}}, request_id="someone-else")
+    assert (await obj.step()).calls == (), "the key is reserved on the list's absence"
     outcome = await obj.step()
-    assert [e.reason for e in outcome.events] == ["RunnerIdTaken"], outcome.events
-    assert not obj.body["status"].get("createRequestId"), "no key is reserved over a runner that exists"
+    # Refused with ALREADY_EXISTS (no write went through), then read directly.
+    assert calls(server) == {"list": 1, "create": 1, "get": 1}
+    assert [e.reason for e in outcome.events] == [reason], outcome.events
+    if not adopt:
+        assert bool(obj.body["status"].get("createRequestId")) is key_kept
+        assert not obj.body["status"].get("runnerId"), "not bound"
+    for _ in range(2):
+        later = await obj.step()
+        assert "delete" not in later.calls
+    assert server.simulator.get("owned") is not None
 
 
 async def test_a_runner_the_list_missed_after_the_reservation_is_read_before_deciding(
     server: RunningServer, cloud: CloudClient
 ) -> None:
-    obj = Object(cloud, datetime.fromtimestamp(server.simulator.now(), UTC) - timedelta(minutes=10))
-    await obj.step()  # reserved (ten minutes ago, by the object's clock) on a direct read
+    obj = Object(cloud, sim_time(server) - timedelta(minutes=10))
+    await obj.step()  # reserved (ten minutes ago, by the object's clock) on the list's absence
     await obj.cache.identities(0)
     server.simulator.create({"identity": IDENTITY, "policy": {}}, request_id="someone-else")
     outcome = await obj.step()  # the snapshot misses it: the create is refused, then read directly
-    assert calls(server)["get"] == 2, "the reservation's read, and the read after the refusal"
+    assert calls(server)["get"] == 1, "the read after the refusal"
     # Read directly, the runner is one made after the key was reserved: what a direct read before
     # the create would have concluded too (rule "A lost create is recognised").
     assert [e.reason for e in outcome.events] == ["CreateConfirmed"], outcome.events
