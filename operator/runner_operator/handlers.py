@@ -41,6 +41,7 @@ from runner_operator.reconciling import CredentialsProblem, Outcome
 from runner_operator.scheduling import CREATE, STEADY, Bodies, Scheduler
 from runner_operator.status import StatusPatch
 from runner_operator.tenancy import DefaultCredentialScope
+from runner_operator.unsent import UnsentKeys
 from runner_operator.workqueue import Slot, WorkQueue
 
 GROUP, VERSION, PLURAL = resource.GROUP, resource.VERSION, resource.PLURAL
@@ -158,6 +159,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.locks = {}
     memo.bound = {}  # uid -> runner ID this process bound (bridges the gap until the status write shows)
     memo.quiet = QuietPasses()
+    memo.unsent = UnsentKeys()  # create keys reserved here and not sent yet
     bodies = memo.bodies = Bodies(clock=asyncio.get_running_loop().time)
     # Every object's handlers get this memo itself (SharedMemo): nothing per object is kept in it.
     memo.indexes = Indexes()
@@ -771,6 +773,7 @@ async def _pass(
             deletion_timeout=CONFIG.deletion_timeout,
             claimed_by=_claimed_by(res.spec.runner_id, res.namespace, res.uid, memo.indexes.claims),
             bound_here=memo.bound.get(uid),
+            unsent=memo.unsent,
         )
         credentials: TokenRegistry = memo.credentials
         orphan = res.spec.deletion_policy == "Orphan"
@@ -801,6 +804,7 @@ async def _pass(
         locks.pop(uid, None)
         memo.bound.pop(uid, None)
         memo.quiet.forget(uid)
+        memo.unsent.forget(uid)
     return outcome
 
 

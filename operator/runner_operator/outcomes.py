@@ -30,6 +30,7 @@ from runner_operator.status import (
     StatusPatch,
     UpdateRequest,
 )
+from runner_operator.unsent import UnsentKeys
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ class Context:
     """the resource's own credentials Secret this pass protected (None: the operator's default)."""
     track_secret: bool = False
     """whether this pass resolved credentials, so `credentials_secret` is current and is recorded."""
+    unsent: UnsentKeys | None = None
+    """the create keys this process reserved and has not sent (None: none known, as in `plan`)."""
 
 
 class CredentialsProblem(Exception):

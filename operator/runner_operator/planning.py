@@ -47,6 +47,10 @@ class Facts:
     """when the create key was reserved (before any create with it could be sent)."""
     replay_refused: bool = False
     """the create replay with our key was refused (ALREADY_EXISTS or a body mismatch)."""
+    key_never_sent: bool = False
+    """this process reserved `request_id` and no create with it has gone out before this pass.
+
+    A create it sends that is refused then proves the runner is not ours, whatever the clocks say."""
     cluster_holder: str | None = None
     """the runner, other than the one being replaced, that holds the desired cluster (replacements only)."""
     seen_created: datetime | None = None
@@ -382,7 +386,7 @@ def _plan_deletion(facts: Facts) -> Action:
             return _not_visible(facts, _runner_id(facts))
         return Release()
     if not facts.bound:
-        if facts.request_id:
+        if facts.request_id and not facts.key_never_sent:
             if facts.replay_refused:
                 if _created_after_reservation(facts):
                     return Bind()
@@ -391,7 +395,7 @@ def _plan_deletion(facts: Facts) -> Action:
                 return _ownership_unknown(facts)
             # A create may have landed before a crash: replaying it proves whether the runner is ours.
             return Create(facts.desired, facts.request_id)
-        return Release()
+        return Release()  # no create ever went out with our key: whatever exists is not ours
     if _another_runner(facts, observed):
         return _not_visible(facts, _runner_id(facts))
     if observed.install_status == InstallStatus.DELETING:
@@ -417,11 +421,12 @@ def _plan_unbound(facts: Facts, observed: CloudRunner) -> Action:
         return Idle(Reason.PAUSED, "spec.paused is true: the runner is not claimed, created or adopted")
     if facts.request_id:
         if facts.replay_refused:
-            if _created_after_reservation(facts):
+            # Refused on its first send, our key made nothing: the runner is someone else's.
+            if not facts.key_never_sent and _created_after_reservation(facts):
                 return Bind()
             if facts.adopt and not identity_changes(facts.desired, observed):
                 return Adopt()  # the person decided: it is managed from here either way
-            if _created_before_reservation(facts):
+            if facts.key_never_sent or _created_before_reservation(facts):
                 return _taken(facts)
             return _ownership_unknown(facts)
         # Our create may have succeeded before we could record it; the same key replays it.

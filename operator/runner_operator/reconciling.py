@@ -35,6 +35,7 @@ from runner_operator.outcomes import (
 from runner_operator.quiet import QuietPasses, fingerprint
 from runner_operator.reasons import Reason
 from runner_operator.status import StatusPatch
+from runner_operator.unsent import UnsentKeys
 
 __all__ = [
     "Context",
@@ -203,6 +204,7 @@ async def _reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: C
             claimed_by=ctx.claimed_by,
             credential=ctx.credential,
             now=ctx.now,
+            unsent=ctx.unsent,
         )
         if not res.deleting and may_replace(facts):
             facts = dataclasses.replace(facts, cluster_holder=await cloud.cluster_holder(res.spec.cluster_id))
@@ -226,6 +228,7 @@ def facts_for(
     claimed_by: str | None,
     credential: str | None,
     now: datetime,
+    unsent: UnsentKeys | None = None,
 ) -> planning.Facts:
     """The planner's inputs from a resource, its status and what was observed: the one place the
     operator's passes and `runner-operator plan` both take them from, so the two cannot disagree."""
@@ -246,6 +249,7 @@ def facts_for(
         held=held,
         credential_changed=credential_changed(res, credential),
         reserved_at=_parse_time(res.status.get("createRequestedTime")),
+        key_never_sent=unsent is not None and unsent.holds(res.uid, res.status.get("createRequestId")),
         seen_created=_parse_time(res.status.get("createTime")),
         protected=res.protected,
         update_request=pending_update_request(res),
@@ -315,7 +319,11 @@ async def _act(
 ) -> Outcome:
     """Make the action's one call (if it has one), then report what it means."""
     match action:
+        case planning.ReserveRequestId(request_id) if ctx.unsent is not None:
+            ctx.unsent.reserved(res.uid, request_id)
         case planning.Create(body, request_id):
+            if ctx.unsent is not None:
+                ctx.unsent.sending(res.uid)  # from here on, a create with this key may have landed
             try:
                 created = await cloud.create(body, request_id)
             except (errors.AlreadyExists, errors.InvalidArgument) as exc:

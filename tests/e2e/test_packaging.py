@@ -673,24 +673,22 @@ def test_removing_any_rule_shows_a_permission_error(
         assert "403" in found or "forbidden" in found.lower(), found
 
 
-def test_operator_with_the_chart_service_account_passes_the_lifecycle(
-    kube: Kube, crd: str, installed: Future[list[str]], tmp_path: Path
-) -> None:
-    """Cluster-wide mode, the image's install, the Deployment's args and env, the chart's token.
-
-    A simulator of its own: the life-cycle tests use fixed request IDs, which test_lifecycle.py
-    has already spent on the session simulator.
-    """
+@pytest.fixture
+def own_sim() -> Iterator[SimulatorThread]:
+    """A simulator of its own: the life-cycle tests use fixed request IDs, which test_lifecycle.py
+    has already spent on the session simulator."""
     sim = SimulatorThread(E2E_TIMINGS).start()
     try:
-        _lifecycle_under_the_chart(kube, sim, installed, tmp_path)
+        yield sim
     finally:
         sim.stop()
 
 
-def _lifecycle_under_the_chart(
-    kube: Kube, sim: SimulatorThread, installed: Future[list[str]], tmp_path: Path
+def test_operator_with_the_chart_service_account_passes_the_lifecycle(
+    kube: Kube, crd: str, installed: Future[list[str]], own_sim: SimulatorThread, tmp_path: Path
 ) -> None:
+    """Cluster-wide mode, the image's install, the Deployment's args and env, the chart's token."""
+    sim = own_sim
     name, namespace = f"r{uuid.uuid4().hex[:6]}", kube.new_namespace("pkgop")
     kube.create_secret(namespace, "api", {"token": sim.token})
     ns = kube.new_namespace("pkg")

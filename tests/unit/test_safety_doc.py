@@ -32,9 +32,8 @@ RULES: list[tuple[str, str, list[str]]] = [
         "reason) and never leads to a create, a forgotten binding or a released finalizer. A runner "
         "missing from the shared list counts only where the API itself arbitrates what follows: "
         "reserving a create key for that runner ID and sending the create (a runner that exists "
-        "refuses it with ALREADY_EXISTS; it is then read directly, and its creation time against the "
-        "key's decides: someone else's (RunnerIdTaken), ours, or too close to tell (OwnershipUnknown, "
-        "nothing bound, deleted or released until a person decides)). Releasing, forgetting or "
+        "refuses it with ALREADY_EXISTS and is then read directly; refused on the key's first send it is "
+        "someone else's, see rule 6). Releasing, forgetting or "
         "recreating a runner, and sending a key reserved for another runner ID, always follow a "
         "direct read of that runner.",
         [
@@ -126,15 +125,23 @@ RULES: list[tuple[str, str, list[str]]] = [
     ),
     (
         "A lost create is found whatever the server says to its replay",
-        "The create key and the time it was reserved (after a direct read found no runner) are written to "
-        "status before any create is sent. A runner found unbound is first checked by replaying the "
-        "create with that key; if the server refuses the replay (ALREADY_EXISTS, or a body mismatch "
-        "because the spec was edited meanwhile), the runner is this resource's when it was created after "
-        "the key was reserved and its identity matches (Event CreateConfirmed); it is someone else's "
-        "when its identity differs or it existed more than 5 minutes (the clock margin) before. In "
-        "between nothing is guessed: the key is kept, nothing is deleted, adopted or released, and the "
-        "resource says OwnershipUnknown until a person sets spec.adopt or deletionPolicy: Orphan.",
+        "The create key and the time it was reserved are written to status before any create is sent. "
+        "A create refused on its key's first send (the operator process that reserved the key has not "
+        "sent it before) made nothing: the runner is someone else's, whatever the clocks say "
+        "(RunnerIdTaken), and a resource deleted before its create went out is released with no call. "
+        "Otherwise (after a restart, whether the last process sent it is unknown) a runner found "
+        "unbound is first checked by replaying the create with that key; if the server refuses the "
+        "replay (ALREADY_EXISTS, or a body mismatch because the spec was edited meanwhile), the runner "
+        "is this resource's when it was created after the key was reserved and its identity matches "
+        "(Event CreateConfirmed); it is someone else's when its identity differs or it existed more "
+        "than 5 minutes (the clock margin) before. In between nothing is guessed: the key is kept, "
+        "nothing is deleted, adopted or released, and the resource says OwnershipUnknown until a "
+        "person sets spec.adopt or deletionPolicy: Orphan.",
         [
+            f"{OWN}::test_rule[a-create-refused-on-its-keys-first-send-is-someone-elses-whatever-the-clocks-say]",
+            f"{OWN}::test_rule[a-create-refused-on-its-keys-first-send-is-taken-not-unknown]",
+            f"{OWN}::test_rule[deleting-with-a-key-never-sent-releases-without-a-replay]",
+            "tests/unit/core/test_creation_reads.py::test_a_resource_deleted_before_its_create_went_out_leaves_the_runner_it_found",
             f"{OWN}::test_rule[refused-replay-binds-a-runner-created-after-the-key-was-reserved]",
             f"{OWN}::test_rule[refused-replay-of-an-older-runner-is-taken]",
             f"{OWN}::test_rule[deleting-with-unknown-ownership-neither-deletes-nor-releases]",

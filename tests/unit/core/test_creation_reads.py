@@ -20,6 +20,7 @@ from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.runners import Runners
 from runner_operator.resource import FINALIZER
 from runner_operator.simulator.server import RunningServer
+from runner_operator.unsent import UnsentKeys
 from tests.unit.builders import metadata
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -40,6 +41,11 @@ class Object:
         self.cloud = cloud
         self.start = start
         self.seconds = 0.0
+        self.unsent = UnsentKeys()  # the operator process's record of keys it has not sent
+
+    def restart(self) -> None:
+        """A new operator process: it knows nothing of the keys the last one had not sent."""
+        self.unsent = UnsentKeys()
 
     async def step(self, *, deleting: bool = False) -> reconciling.Outcome:
         self.seconds += 1
@@ -47,7 +53,10 @@ class Object:
             self.body["metadata"]["deletionTimestamp"] = "2026-12-02T12:05:00Z"
         res = resource.ManagedRunnerResource.from_body(self.body)
         ctx = reconciling.Context(
-            now=self.start + timedelta(seconds=self.seconds), deletion_timeout=600, credential="c"
+            now=self.start + timedelta(seconds=self.seconds),
+            deletion_timeout=600,
+            credential="c",
+            unsent=self.unsent,
         )
         outcome = await reconciling.reconcile(res, Runners(self.cloud, self.cache, max_age=60), ctx)
         self.body["status"] = {**self.body["status"], **outcome.status.to_patch()}
@@ -122,16 +131,16 @@ def sim_time(server: RunningServer) -> datetime:
 
 
 @pytest.mark.parametrize(
-    ("made_before_the_key", "adopt", "reason", "key_kept"),
+    ("made_before_the_key", "adopt", "restart", "reason", "key_kept"),
     [
-        (timedelta(minutes=10), False, "RunnerIdTaken", False),  # provably someone else's
-        (
-            timedelta(seconds=20),
-            False,
-            "OwnershipUnknown",
-            True,
-        ),  # within the clocks' margin: a person decides
-        (timedelta(seconds=20), True, "Adopted", False),  # spec.adopt: managed from here either way
+        # Refused on the key's first send: our key made nothing, so the runner is someone else's.
+        (timedelta(seconds=20), False, False, "RunnerIdTaken", False),
+        # ... even when the API's clock runs ahead of ours and dates it after our key.
+        (-timedelta(seconds=3), False, False, "RunnerIdTaken", False),
+        (timedelta(seconds=20), True, False, "Adopted", True),  # spec.adopt: managed from here either way
+        # A restart between the reservation and the create: creation times decide.
+        (timedelta(minutes=10), False, True, "RunnerIdTaken", False),  # well before the key
+        (timedelta(seconds=20), False, True, "OwnershipUnknown", True),  # too close: a person decides
     ],
 )
 async def test_a_runner_the_list_missed_before_the_reservation_is_never_taken_for_ours(
@@ -139,17 +148,19 @@ async def test_a_runner_the_list_missed_before_the_reservation_is_never_taken_fo
     cloud: CloudClient,
     made_before_the_key: timedelta,
     adopt: bool,
+    restart: bool,
     reason: str,
     key_kept: bool,
 ) -> None:
     """Made by someone else after the list was read and before our key: the create is refused, the
-    runner read directly, and its creation time against the key's decides. Never bound as created
-    here, never deleted."""
+    runner read directly and never bound as ours nor deleted."""
     spec = {"adopt": True} if adopt else {}
     obj = Object(cloud, sim_time(server) + made_before_the_key - timedelta(seconds=1), **spec)
     await obj.cache.identities(0)  # a snapshot taken just before someone else made the runner
     server.simulator.create({"identity": IDENTITY, "policy": {}}, request_id="someone-else")
     assert (await obj.step()).calls == (), "the key is reserved on the list's absence"
+    if restart:
+        obj.restart()
     outcome = await obj.step()
     # Refused with ALREADY_EXISTS (no write went through), then read directly.
     assert calls(server) == {"list": 1, "create": 1, "get": 1}
@@ -163,6 +174,32 @@ async def test_a_runner_the_list_missed_before_the_reservation_is_never_taken_fo
     assert server.simulator.get("owned") is not None
 
 
+@pytest.mark.parametrize("restart", [False, True])
+async def test_a_resource_deleted_before_its_create_went_out_leaves_the_runner_it_found(
+    server: RunningServer, cloud: CloudClient, restart: bool
+) -> None:
+    """Deleted between the reservation and the create while someone else's runner has the ID: a key
+    that never went out made nothing, so the resource goes with no create and no delete. After a
+    restart that is unknown: the replay is refused, and creation times leave it to a person."""
+    obj = Object(cloud, sim_time(server) + timedelta(seconds=5))
+    await obj.cache.identities(0)
+    server.simulator.create({"identity": IDENTITY, "policy": {}}, request_id="someone-else")
+    await obj.step()
+    assert obj.body["status"]["createRequestId"]
+    if restart:
+        obj.restart()
+    outcome = await obj.step(deleting=True)
+    assert "delete" not in outcome.calls
+    assert server.simulator.get("owned") is not None
+    if restart:
+        assert calls(server)["create"] == 1, "the replay: had the last process's create landed, it would say"
+        assert [e.reason for e in outcome.events] == ["OwnershipUnknown"], outcome.events
+        assert not outcome.release
+    else:
+        assert calls(server)["create"] == 0
+        assert outcome.release
+
+
 async def test_a_runner_the_list_missed_after_the_reservation_is_read_before_deciding(
     server: RunningServer, cloud: CloudClient
 ) -> None:
@@ -170,6 +207,7 @@ async def test_a_runner_the_list_missed_after_the_reservation_is_read_before_dec
     await obj.step()  # reserved (ten minutes ago, by the object's clock) on the list's absence
     await obj.cache.identities(0)
     server.simulator.create({"identity": IDENTITY, "policy": {}}, request_id="someone-else")
+    obj.restart()  # a new process cannot know whether the last one sent the create
     outcome = await obj.step()  # the snapshot misses it: the create is refused, then read directly
     assert calls(server)["get"] == 1, "the read after the refusal"
     # Read directly, the runner is one made after the key was reserved: what a direct read before

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +21,18 @@ AFTER = (RESERVED + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
 BEFORE = (RESERVED - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 JUST_BEFORE = (RESERVED - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 OTHER_CLUSTER = "00000000-0000-4000-8000-000000000009"
+
+
+def first_send(created: str, **more: Any) -> planning.Facts:
+    """An unbound runner found while this process holds the key it reserved and never sent."""
+    return facts(
+        observed=runner(createTime=created, **READY),
+        request_id="k1",
+        reserved_at=RESERVED,
+        key_never_sent=True,
+        **more,
+    )
+
 
 RULES = [
     # Absence is evidence only when read with the credential that last saw the runner.
@@ -215,6 +228,21 @@ RULES = [
         id="unknown-ownership-with-adopt-is-adopted",
     ),
     pytest.param(
+        first_send(AFTER, replay_refused=True),
+        planning.Conflict(Reason.RUNNER_ID_TAKEN, "x"),
+        id="a-create-refused-on-its-keys-first-send-is-someone-elses-whatever-the-clocks-say",
+    ),
+    pytest.param(
+        first_send(JUST_BEFORE, replay_refused=True),
+        planning.Conflict(Reason.RUNNER_ID_TAKEN, "x"),
+        id="a-create-refused-on-its-keys-first-send-is-taken-not-unknown",
+    ),
+    pytest.param(
+        first_send(AFTER, deleting=True),
+        planning.Release(),
+        id="deleting-with-a-key-never-sent-releases-without-a-replay",
+    ),
+    pytest.param(
         facts(
             observed=runner(createTime=AFTER, **READY),
             bound=True,
@@ -284,6 +312,7 @@ def evidence_facts(draw: st.DrawFn) -> planning.Facts:
         credential_changed=draw(st.booleans()),
         reserved_at=draw(st.none() | st.just(RESERVED)),
         replay_refused=draw(st.booleans()),
+        key_never_sent=draw(st.booleans()),
         cluster_holder=draw(st.sampled_from([None, None, "r1", "old", "someone-else"])),
         seen_created=draw(st.none() | st.just(RESERVED)),
     )
@@ -317,7 +346,12 @@ def test_nothing_destroys_or_forgets_a_runner_without_evidence(f: planning.Facts
                 and f.observed.create_time < f.reserved_at - planning.CLOCK_MARGIN
             )
         )
-        never_sent = f.observed is not None and not f.bound and not f.request_id and not f.held_id
+        never_sent = (
+            f.observed is not None
+            and not f.bound
+            and not f.held_id
+            and (not f.request_id or f.key_never_sent)
+        )
         if not (not_ours or never_sent):
             # ... or the API's own NOT_FOUND for it (observation None), read with the credential that saw it.
             gone = f.held is None if f.held_id else f.observed is None
@@ -334,6 +368,7 @@ def test_nothing_destroys_or_forgets_a_runner_without_evidence(f: planning.Facts
         assert f.cluster_holder in (None, action.runner_id, new_id)
     if isinstance(action, planning.Bind):
         assert f.replay_refused
+        assert not f.key_never_sent, "a key that never went out made nothing"
         assert f.reserved_at is not None
         assert f.observed is not None
         assert f.observed.create_time is not None
