@@ -324,14 +324,27 @@ async def _act(
         case planning.Create(body, request_id):
             if ctx.unsent is not None:
                 ctx.unsent.sending(res.uid)  # from here on, a create with this key may have landed
+            attempts = 0
+
+            def attempt() -> None:
+                nonlocal attempts
+                attempts += 1
+
             try:
-                created = await cloud.create(body, request_id)
+                created = await cloud.create(body, request_id, on_send=attempt)
             except (errors.AlreadyExists, errors.InvalidArgument) as exc:
                 # The absence may have come from a list: read the runner itself before deciding.
                 observed = facts.observed or await cloud.observe(res.spec.runner_id)
                 if observed is not None:
-                    # A replay the server refused (the body may have changed since): decide on other evidence.
-                    refused = dataclasses.replace(facts, observed=observed, replay_refused=True)
+                    # A replay the server refused (the body may have changed since): decide on other
+                    # evidence. A refusal proves our key made nothing only if it answers its one send
+                    # (the client retries what timed out, and an earlier attempt may have landed).
+                    refused = dataclasses.replace(
+                        facts,
+                        observed=observed,
+                        replay_refused=True,
+                        key_never_sent=facts.key_never_sent and attempts == 1,
+                    )
                     return await _act(res, cloud, ctx, refused, planning.plan(refused))
                 if isinstance(exc, errors.InvalidArgument):
                     raise

@@ -126,8 +126,9 @@ RULES: list[tuple[str, str, list[str]]] = [
     (
         "A lost create is found whatever the server says to its replay",
         "The create key and the time it was reserved are written to status before any create is sent. "
-        "A create refused on its key's first send (the operator process that reserved the key has not "
-        "sent it before) made nothing: the runner is someone else's, whatever the clocks say "
+        "A create refused on its key's first send (the operator process that reserved the key had not "
+        "sent it, and the refusal answers that one attempt, not a retry of one that may have landed) "
+        "made nothing: the runner is someone else's, whatever the clocks say "
         "(RunnerIdTaken), and a resource deleted before its create went out is released with no call. "
         "Otherwise (after a restart, whether the last process sent it is unknown) a runner found "
         "unbound is first checked by replaying the create with that key; if the server refuses the "
@@ -142,6 +143,7 @@ RULES: list[tuple[str, str, list[str]]] = [
             f"{OWN}::test_rule[a-create-refused-on-its-keys-first-send-is-taken-not-unknown]",
             f"{OWN}::test_rule[deleting-with-a-key-never-sent-releases-without-a-replay]",
             "tests/unit/core/test_creation_reads.py::test_a_resource_deleted_before_its_create_went_out_leaves_the_runner_it_found",
+            "tests/unit/core/test_creation_reads.py::test_a_create_refused_on_a_retry_may_be_answering_our_own_first_attempt",
             f"{OWN}::test_rule[refused-replay-binds-a-runner-created-after-the-key-was-reserved]",
             f"{OWN}::test_rule[refused-replay-of-an-older-runner-is-taken]",
             f"{OWN}::test_rule[deleting-with-unknown-ownership-neither-deletes-nor-releases]",

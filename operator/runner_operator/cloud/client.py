@@ -85,8 +85,12 @@ class CloudClient:
 
     # --- endpoints ------------------------------------------------------------------------------
 
-    async def create(self, runner: models.CloudRunner, request_id: str) -> models.CloudRunner:
-        """Create a runner; retries and repeats are safe only because `request_id` stays the same."""
+    async def create(
+        self, runner: models.CloudRunner, request_id: str, *, on_send: Callable[[], None] | None = None
+    ) -> models.CloudRunner:
+        """Create a runner; retries and repeats are safe only because `request_id` stays the same.
+
+        `on_send` is called before each attempt: an answer to a retry may be about an earlier attempt."""
         if not request_id:
             raise ValueError("create needs a request_id that the caller persists and reuses")
         body = models.to_wire(runner, request=True)
@@ -94,7 +98,9 @@ class CloudClient:
         identity = body.get("identity")
         if isinstance(identity, dict) and isinstance(identity.get("zone"), str):
             identity["zone"] = identity["zone"].lower()
-        response = await self._send("POST", COLLECTION, params={"requestId": request_id}, json=body)
+        response = await self._send(
+            "POST", COLLECTION, params={"requestId": request_id}, json=body, on_send=on_send
+        )
         return _runner(_object(response))
 
     async def get(self, runner_id: str) -> models.CloudRunner:

@@ -7,6 +7,7 @@ answered (its response is then the freshest view), so no caller can forget to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner_operator.cloud import diff
@@ -43,9 +44,11 @@ class Runners:
             return None
         return await self.cache.entry(runner_id, self.max_age, refresh=refresh)
 
-    async def create(self, body: CloudRunner, request_id: str) -> CloudRunner:
+    async def create(
+        self, body: CloudRunner, request_id: str, *, on_send: Callable[[], None] | None = None
+    ) -> CloudRunner:
         self._wrote(body.runner_id)
-        created = await self.client.create(body, request_id)
+        created = await self.client.create(body, request_id, on_send=on_send)
         self._wrote(body.runner_id, created)
         return created
 

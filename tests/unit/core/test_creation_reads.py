@@ -9,12 +9,14 @@ counts the calls.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from runner_operator import planning, reconciling, resource
+from runner_operator.cloud import errors
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
 from runner_operator.cloud.runners import Runners
@@ -198,6 +200,31 @@ async def test_a_resource_deleted_before_its_create_went_out_leaves_the_runner_i
     else:
         assert calls(server)["create"] == 0
         assert outcome.release
+
+
+async def test_a_create_refused_on_a_retry_may_be_answering_our_own_first_attempt(
+    server: RunningServer, cloud: CloudClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt landed but its answer was lost; the client's retry is refused (a server
+    whose replays say ALREADY_EXISTS; the contract leaves replays INFERRED). The refusal is not the
+    key's one send, so it proves nothing: creation times decide, and the runner is found ours."""
+    obj = Object(cloud, sim_time(server) - timedelta(seconds=1))
+    await obj.step()
+    send = CloudClient.create
+
+    async def landed_then_refused(
+        self: CloudClient, runner: Any, request_id: str, *, on_send: Callable[[], None] | None = None
+    ) -> Any:
+        assert on_send is not None
+        on_send()
+        await send(self, runner, request_id)  # served; its answer never arrives
+        on_send()
+        raise errors.AlreadyExists("managed runner 'owned' already exists", code="ALREADY_EXISTS")
+
+    monkeypatch.setattr(CloudClient, "create", landed_then_refused)
+    outcome = await obj.step()
+    assert [e.reason for e in outcome.events] == ["CreateConfirmed"], outcome.events
+    assert obj.body["status"]["runnerId"] == "owned"
 
 
 async def test_a_runner_the_list_missed_after_the_reservation_is_read_before_deciding(
