@@ -464,6 +464,7 @@ async def seen(
     if type == "DELETED" or (deleting and FINALIZER not in (meta.get("finalizers") or ())):
         memo.bodies.forget(uid)
         scheduler.forget(uid)
+        memo.unsent.forget(uid)
         return
     status = body.get("status") or {}
     was_deleting = memo.bodies.deleting(uid)
@@ -798,13 +799,13 @@ async def _pass(
     if outcome.status.is_set("runner_id"):
         if outcome.status.runner_id:
             memo.bound[uid] = outcome.status.runner_id
+            memo.unsent.forget(uid)
         else:
             memo.bound.pop(uid, None)
     if outcome.release:
         locks.pop(uid, None)
         memo.bound.pop(uid, None)
         memo.quiet.forget(uid)
-        memo.unsent.forget(uid)
     return outcome
 
 

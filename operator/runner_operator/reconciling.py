@@ -323,7 +323,7 @@ async def _act(
             ctx.unsent.reserved(res.uid, request_id)
         case planning.Create(body, request_id):
             if ctx.unsent is not None:
-                ctx.unsent.sending(res.uid)  # from here on, a create with this key may have landed
+                ctx.unsent.sending(res.uid, request_id)  # from here on, it may have landed
             attempts = 0
 
             def attempt() -> None:

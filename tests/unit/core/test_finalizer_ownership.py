@@ -17,6 +17,7 @@ from runner_operator.indexing import Indexes, Startup
 from runner_operator.outcomes import Outcome
 from runner_operator.scheduling import Bodies
 from runner_operator.status import StatusPatch
+from runner_operator.unsent import UnsentKeys
 
 FIN = handlers.FINALIZER
 
@@ -189,6 +190,7 @@ async def test_an_object_deleting_without_our_finalizer_is_not_scheduled() -> No
     memo = kopf.Memo()
     memo.bodies, memo.indexes, memo.scheduler = Bodies(), Indexes(), Sched()
     memo.startup, memo.started = Startup(listed=True), asyncio.Event()
+    memo.unsent = UnsentKeys()
     seen: Any = handlers.seen  # kopf's decorator types it as a handler taking every kwarg
     await seen(type="MODIFIED", body=kopf.Body(cast(Any, _body(["other.io/x"], deleting=True))), memo=memo)
     await seen(type="MODIFIED", body=kopf.Body(cast(Any, _body([FIN], deleting=True))), memo=memo)

@@ -14,6 +14,7 @@ import pytest
 
 from runner_operator import claiming, handlers
 from runner_operator.indexing import Indexes, Startup, secret_users
+from runner_operator.unsent import UnsentKeys
 
 
 def _body(
@@ -195,6 +196,7 @@ async def test_the_watch_files_every_event_and_opens_the_gate_with_the_last_list
     memo = kopf.Memo()
     memo.bodies, memo.indexes, memo.scheduler = Bodies(), Indexes(), _Scheduler()
     memo.startup, memo.started = Startup(listed=True), asyncio.Event()
+    memo.unsent = UnsentKeys()
     memo.startup.expect("u1")
     await seen(type="ADDED", body=kopf.Body(cast(Any, _body("u2"))), memo=memo)
     assert not memo.started.is_set()

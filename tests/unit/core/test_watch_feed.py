@@ -17,6 +17,7 @@ from runner_operator.scheduling import Bodies
 from runner_operator.settings import Settings
 from runner_operator.sharding import Shard, shard_of
 from runner_operator.status import StatusPatch
+from runner_operator.unsent import UnsentKeys
 
 
 class FakeScheduler:
@@ -50,6 +51,7 @@ async def test_seen_schedules_only_this_shards_objects(index: int, monkeypatch: 
     memo = kopf.Memo()
     memo.bodies, memo.indexes, memo.scheduler = Bodies(), Indexes(), FakeScheduler()
     memo.startup, memo.started = Startup(listed=True), asyncio.Event()
+    memo.unsent = UnsentKeys()
     for name in NAMES:
         await seen(type="ADDED", body=kopf.Body(cast(Any, _body(name))), memo=memo)
     mine = [f"uid-{n}" for n in NAMES if shard_of("team", n, 3) == index]
@@ -81,6 +83,7 @@ def _memo() -> kopf.Memo:
     memo = kopf.Memo()
     memo.bodies, memo.indexes, memo.scheduler = Bodies(), Indexes(), FakeScheduler()
     memo.startup, memo.started = Startup(listed=True), asyncio.Event()
+    memo.unsent = UnsentKeys()
     return memo
 
 
@@ -208,3 +211,22 @@ async def test_a_pass_unpacks_its_body_once_unless_a_newer_one_came_while_it_wai
     assert len(unpacked) == (2 if newer_meanwhile else 1)
     assert acted_on[0] is not None
     assert acted_on[0]["metadata"]["generation"] == (2 if newer_meanwhile else 1)
+
+
+@pytest.mark.parametrize(
+    ("event", "finalizers", "forgotten"),
+    [
+        ("DELETED", [handlers.FINALIZER], True),
+        ("MODIFIED", [], True),  # deleting, our finalizer released: nothing more will be done
+        ("MODIFIED", [handlers.FINALIZER], False),  # still ours: a stale pass must see nothing went out
+    ],
+)
+async def test_the_unsent_record_goes_only_with_the_resource(
+    event: str, finalizers: list[str], forgotten: bool
+) -> None:
+    memo = _memo()
+    memo.unsent.reserved("uid-r0", "k1")
+    body = _body("r0")
+    body["metadata"].update(finalizers=finalizers, deletionTimestamp="2026-12-07T12:00:00Z")
+    await seen(type=event, body=kopf.Body(cast(Any, body)), memo=memo)
+    assert memo.unsent.holds("uid-r0", "k1") is not forgotten
