@@ -582,10 +582,11 @@ def bench_size(
         log = requests(url)
         # The last create cannot be sent before N requests at the budget, then it still installs.
         lower = n / args.api_rps + args.install_seconds
-        keys = {}
-        for at, created in applied.values():
+        keys, named = {}, {}
+        for name, (at, created) in applied.items():
             res = resource.ManagedRunnerResource.from_body(created)
             keys[reconciling.request_key(res, recreations=0)] = at
+            named[reconciling.request_key(res, recreations=0)] = name
         latencies = sorted(
             e["at"] - keys[q["requestId"][0]]
             for e in log
@@ -628,6 +629,7 @@ def bench_size(
                 "operator_cpu_seconds_creation": round(cpu, 1),
             }
         )
+        run.figures.update(creation_timeline(log, named, first_ready, t0, args))
         run.figures.update(traced)
         # Steady state.
         httpx.delete(f"{url}/_sim/requests", headers=auth(), timeout=30)
@@ -693,6 +695,39 @@ def bench_size(
         for proc in (op, sim):
             stop(proc)
     return run
+
+
+def creation_timeline(
+    log: list[dict[str, Any]],
+    named: dict[str, str],
+    ready_at: dict[str, float],
+    t0: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """Where apply-to-Ready goes beyond the calls it needs: the request budget left unused until the
+    last create was answered, and how long after each runner finished installing its Ready was seen.
+    """
+    created = {
+        named[q["requestId"][0]]: e["at"]
+        for e in log
+        if e["method"] == "POST"
+        and e["status"] < 300
+        and (q := _query(e)).get("requestId")
+        and q["requestId"][0] in named
+    }
+    if not created:
+        return {}
+    first, last = min(created.values()), max(created.values())
+    calls_until_last = sum(1 for e in log if e["at"] <= last)
+    noticed = sorted(ready_at[k] - (at + args.install_seconds) for k, at in created.items() if k in ready_at)
+    return {
+        "first_create_seconds": round(first - t0, 1),
+        "last_create_seconds": round(last - t0, 1),
+        "budget_unused_seconds_until_last_create": round((last - t0) - calls_until_last / args.api_rps, 1),
+        "ready_seen_after_install_p50": round(statistics.median(noticed), 1) if noticed else None,
+        "ready_seen_after_install_max": round(noticed[-1], 1) if noticed else None,
+        "last_ready_after_last_create": round(max(ready_at.values()) - last, 1) if ready_at else None,
+    }
 
 
 DRIFTED = 20

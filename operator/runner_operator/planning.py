@@ -70,14 +70,15 @@ def absence_needs_proof(
 ) -> bool:
     """Whether "absent" must be the API's own NOT_FOUND for this runner (a direct GET), not a list's.
 
-    A list can miss a runner (one made since it was read, or skipped by pagination under change).
-    Acting on that is safe only where the API itself arbitrates what follows: reserving a create
-    key and sending the create (a runner that exists refuses it with ALREADY_EXISTS; it is then read
-    directly, and its creation time against the key's decides: taken, ours, or OwnershipUnknown for
-    a person). Where absence would release, forget or recreate a runner (bound, deleting), let a
-    replacement delete the runner it holds (the new ID must be proven free), is read with a
-    credential that proves nothing (changed), or would send a key reserved for another runner ID
-    (`stale_key`), it must come from a GET too.
+    A list can miss a runner (one made since it was read, or skipped by pagination under change). Acting
+    on that is safe only where the API itself arbitrates what follows: reserving a create key and
+    sending the create (a runner that exists refuses it with ALREADY_EXISTS; it is then read directly: a
+    refusal of the key's first send, which this process records, makes it someone else's; otherwise its
+    creation time against the key's decides: taken, ours, or OwnershipUnknown for a person). There, any
+    list's absence will do, however old. Where absence would release, forget or recreate a runner
+    (bound, deleting), let a replacement delete the runner it holds (the new ID must be proven free), is
+    read with a credential that proves nothing (changed), or would send a key reserved for another
+    runner ID (`stale_key`), it must come from a GET too.
     """
     return deleting or bound or credential_changed or replacing or stale_key
 

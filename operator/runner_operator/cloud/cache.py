@@ -4,7 +4,9 @@ With hundreds of runners polling, a GET each would exhaust the request budget; a
 runners per page costs one request. Safety rules keep the cache from ever causing a write:
 - a runner this process wrote after the snapshot was taken is read with a direct GET;
 - "absent from the list" is confirmed with a direct GET (pagination under concurrent change could
-  skip an entry) unless the caller says an absence cannot lead it to write (nothing created yet);
+  skip an entry) unless the caller says an absence leads only to writes the API arbitrates (a
+  create, refused for a runner that exists); such a caller takes the last complete list's absence
+  as it is, without waiting for a fresher list;
 - a refresh drops a runner only once its list is complete: until then (or when it fails) the
   previous entry stays, never an absence that the partial list merely has not reached yet.
 
@@ -86,14 +88,18 @@ class RunnerCache:
         """The runner as of at most `max_age` seconds ago (or fresher), or as old as the time between
         lists that the snapshot's size allows, if that is longer (`_affordable`); 0: a GET now.
 
-        None comes from a direct GET unless `trust_absence`: callers for whom "absent" leads to no
-        write (a runner not yet created) may skip that GET. A listed entry that does not parse raises
-        errors.IncompatibleServer here, for this runner only.
+        None comes from a direct GET unless `trust_absence`: callers for whom "absent" leads to
+        nothing the API does not arbitrate (reserving a create key, sending the create, which the API
+        refuses for a runner that exists) may skip that GET. They also skip waiting for a refresh when
+        the last complete list, however old, does not show the runner: a fresher list would only save
+        a refused create, and waiting for one held every create of the credential's turn for the whole
+        list (bench/RESULTS.md, "Creates do not wait for lists"). A listed entry that does not parse
+        raises errors.IncompatibleServer here, for this runner only.
         """
         if max_age <= 0:
             return await self._get(runner_id)
         max_age = self._affordable(max_age)
-        if self.clock() - self._taken > max_age:
+        if self.clock() - self._taken > max_age and not (trust_absence and self._unlisted(runner_id)):
             await self._refreshed()
         if self._stale_for(runner_id):
             # The response of our own write is the freshest view, as long as nothing wrote since.
@@ -142,6 +148,12 @@ class RunnerCache:
         """`max_age`, raised to the least time between lists that the last list's size allows."""
         pages = -(-len(self._snapshot) // PAGE_SIZE)
         return max(max_age, (pages - 1) * SECONDS_PER_PAGE)
+
+    def _unlisted(self, runner_id: str) -> bool:
+        """Absent from the last complete list (one was taken), and not written by this process since."""
+        return (
+            self._taken > float("-inf") and runner_id not in self._snapshot and not self._stale_for(runner_id)
+        )
 
     def _stale_for(self, runner_id: str) -> bool:
         written = self._written.get(runner_id)

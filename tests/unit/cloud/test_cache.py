@@ -443,6 +443,39 @@ async def test_a_list_is_not_taken_more_often_than_its_pages_allow(pages: Pages,
     assert cache.stats.lists == 3, "identities(0) still lists now"
 
 
+async def test_an_absence_the_api_arbitrates_does_not_wait_for_a_fresher_list(
+    pages: Pages, paged: CloudClient
+) -> None:
+    """A creating pass (trust_absence) takes the last complete list's absence however old it is: the
+    create it leads to is refused for a runner that exists. What that list shows, what this process
+    wrote since and an absence nobody arbitrates are still read fresh."""
+    clock = FakeClock(100.0)
+    cache = RunnerCache(paged, clock=clock)
+    await cache.find("r-0", max_age=1)
+    pages.api.runners["r-new"] = runner_json("r-new")  # made after the list
+    clock.now += 600
+    assert await cache.find("r-new", max_age=1, trust_absence=True) is None
+    assert (cache.stats.lists, cache.stats.direct_gets) == (1, 0), "no list, no GET for the absence"
+    assert await cache.find("r-3", max_age=1, trust_absence=True) is not None
+    assert cache.stats.lists == 2, "a runner the old list shows is listed again (it may be gone)"
+    clock.now += 600
+    cache.note_write("r-gone")
+    assert await cache.find("r-gone", max_age=1, trust_absence=True) is None
+    assert cache.stats.lists == 3, "a runner this process wrote since the list is not taken from it"
+    gets = cache.stats.direct_gets
+    clock.now += 600
+    assert await cache.find("r-new", max_age=1) is not None
+    assert (cache.stats.lists, cache.stats.direct_gets) == (4, gets), "without trust_absence: listed again"
+
+
+async def test_a_cache_that_never_completed_a_list_lists_before_trusting_an_absence(
+    pages: Pages, paged: CloudClient
+) -> None:
+    cache = RunnerCache(paged, clock=FakeClock(100.0))
+    assert await cache.find("r-2", max_age=1, trust_absence=True) is not None
+    assert cache.stats.lists == 1
+
+
 async def test_our_write_answers_for_the_runner_as_long_as_a_list_would(
     pages: Pages, paged: CloudClient
 ) -> None:

@@ -23,6 +23,7 @@ from runner_operator.cloud.runners import Runners
 from runner_operator.resource import FINALIZER
 from runner_operator.simulator.server import RunningServer
 from runner_operator.unsent import UnsentKeys
+from tests.clock import FakeClock
 from tests.unit.builders import metadata
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -126,6 +127,19 @@ async def test_a_creation_costs_a_create_and_a_share_of_a_list(
     assert calls(server) == {"list": 1, "create": 1}, (
         "the key was reserved and the create sent on the list's absence"
     )
+
+
+async def test_a_creation_does_not_wait_for_a_fresher_list(server: RunningServer, cloud: CloudClient) -> None:
+    """However old the last list, its absence reserves the key and sends the create: no creation of
+    a credential waits while a list is taken (the API refuses a create for a runner that exists)."""
+    obj = Object(cloud)
+    clock = FakeClock(100.0)
+    obj.cache = RunnerCache(cloud, clock=clock)
+    await obj.cache.identities(0)
+    clock.now += 3600
+    assert (await obj.step()).calls == ()
+    assert (await obj.step()).calls == ("create",)
+    assert calls(server) == {"list": 1, "create": 1}
 
 
 def sim_time(server: RunningServer) -> datetime:
