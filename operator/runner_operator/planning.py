@@ -74,13 +74,27 @@ def absence_needs_proof(
     on that is safe only where the API itself arbitrates what follows: reserving a create key and
     sending the create (a runner that exists refuses it with ALREADY_EXISTS; it is then read directly: a
     refusal of the key's first send, which this process records, makes it someone else's; otherwise its
-    creation time against the key's decides: taken, ours, or OwnershipUnknown for a person). There, any
-    list's absence will do, however old. Where absence would release, forget or recreate a runner
-    (bound, deleting), let a replacement delete the runner it holds (the new ID must be proven free), is
-    read with a credential that proves nothing (changed), or would send a key reserved for another
-    runner ID (`stale_key`), it must come from a GET too.
+    creation time against the key's decides: taken, ours, or OwnershipUnknown for a person). There, a
+    list's absence as recent as the pass asks will do (`absence_may_be_old` says when an older one
+    will). Where absence would release, forget or recreate a runner (bound, deleting), let a replacement
+    delete the runner it holds (the new ID must be proven free), is read with a credential that proves
+    nothing (changed), or would send a key reserved for another runner ID (`stale_key`), it must come
+    from a GET too.
     """
     return deleting or bound or credential_changed or replacing or stale_key
+
+
+def absence_may_be_old(*, needs_proof: bool, key_reserved: bool) -> bool:
+    """Whether a list's absence older than the pass asked for will do: only to send the create of a
+    key already reserved (for this runner ID: a stale key needs proof).
+
+    The reservation waits for a list as recent as the pass asks: a runner someone else made before
+    it shows there, and the list's age bounds how long before our key a runner it missed can have
+    been made, the window where creation times and clocks decide (docs/safety.md, rules 1 and 6).
+    The send that follows is the API's to arbitrate, and waiting there for a fresher list held every
+    create of the credential's turn (bench/RESULTS.md, "Creates do not wait for lists").
+    """
+    return key_reserved and not needs_proof
 
 
 @dataclass(frozen=True)

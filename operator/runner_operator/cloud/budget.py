@@ -79,9 +79,26 @@ class RequestBudget:
         if retry_after is not None:
             self.pause(retry_after)
 
-    async def acquire(self, sleep: Sleep = asyncio.sleep, *, max_wait: float = float("inf")) -> None:
-        """Wait for a slot; raise BudgetExhausted instead when it would take longer than `max_wait`."""
+    async def acquire(
+        self, sleep: Sleep = asyncio.sleep, *, max_wait: float = float("inf"), horizon: float | None = None
+    ) -> None:
+        """Wait for a slot; raise BudgetExhausted instead when it would take longer than `max_wait`.
+
+        With `horizon`, the caller reserves a slot only once the next one is at most that many seconds
+        away, and holds none until then: a caller without one (a list page, which serves every runner
+        of the credential) then waits behind at most a horizon's worth of requests, not behind a
+        backlog of creates (bench/RESULTS.md, "Creates do not wait for lists"). Callers with a
+        horizon are granted in the order they wake, not the order they came.
+        """
         waited = 0.0
+        while horizon is not None and (ahead := self._ahead(self._clock())) > horizon + _EPSILON:
+            if ahead > max_wait - waited:
+                raise BudgetExhausted(ahead)
+            if not waited:
+                self._waits += 1
+            await sleep(ahead - horizon)
+            waited += ahead - horizon
+            self._wait_seconds += ahead - horizon
         while True:
             wait = self._reserve(max_wait - waited)
             if wait > 0:
@@ -95,11 +112,15 @@ class RequestBudget:
                 return
             # A 429 arrived while we slept: the slot is void, queue again behind the pause.
 
+    def _ahead(self, now: float) -> float:
+        """Seconds from `now` until the next free slot, reserving nothing."""
+        return max(max(self._next, now) - self._tolerance - now, self._paused_until - now, 0.0)
+
     def _reserve(self, max_wait: float) -> float:
         # Synchronous, hence atomic under asyncio: concurrent callers get distinct slots.
         now = self._clock()
         start = max(self._next, now)
-        wait = max(start - self._tolerance - now, self._paused_until - now, 0.0)
+        wait = self._ahead(now)
         if wait < _EPSILON:  # float dust from adding intervals must not turn a free slot into a sleep
             wait = 0.0
         if wait > max_wait:

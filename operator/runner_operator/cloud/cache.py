@@ -5,8 +5,8 @@ runners per page costs one request. Safety rules keep the cache from ever causin
 - a runner this process wrote after the snapshot was taken is read with a direct GET;
 - "absent from the list" is confirmed with a direct GET (pagination under concurrent change could
   skip an entry) unless the caller says an absence leads only to writes the API arbitrates (a
-  create, refused for a runner that exists); such a caller takes the last complete list's absence
-  as it is, without waiting for a fresher list;
+  create, refused for a runner that exists); sending the create of a key already reserved takes the
+  last complete list's absence as it is, without waiting for a fresher list;
 - a refresh drops a runner only once its list is complete: until then (or when it fails) the
   previous entry stays, never an absence that the partial list merely has not reached yet.
 
@@ -83,23 +83,24 @@ class RunnerCache:
     or vanished from it: the operator looks at those at once instead of at their next resync."""
 
     async def find(
-        self, runner_id: str, max_age: float, *, trust_absence: bool = False
+        self, runner_id: str, max_age: float, *, trust_absence: bool = False, old_absence: bool = False
     ) -> CloudRunner | None:
         """The runner as of at most `max_age` seconds ago (or fresher), or as old as the time between
         lists that the snapshot's size allows, if that is longer (`_affordable`); 0: a GET now.
 
         None comes from a direct GET unless `trust_absence`: callers for whom "absent" leads to
         nothing the API does not arbitrate (reserving a create key, sending the create, which the API
-        refuses for a runner that exists) may skip that GET. They also skip waiting for a refresh when
-        the last complete list, however old, does not show the runner: a fresher list would only save
-        a refused create, and waiting for one held every create of the credential's turn for the whole
-        list (bench/RESULTS.md, "Creates do not wait for lists"). A listed entry that does not parse
-        raises errors.IncompatibleServer here, for this runner only.
+        refuses for a runner that exists) may skip that GET. With `old_absence` too (sending the
+        create of a key already reserved: `planning.absence_may_be_old`), the absence may come from
+        the last complete list however old, without waiting for a refresh; what that list shows is
+        still read as fresh as `max_age` asks. A listed entry that does not parse raises
+        errors.IncompatibleServer here, for this runner only.
         """
         if max_age <= 0:
             return await self._get(runner_id)
         max_age = self._affordable(max_age)
-        if self.clock() - self._taken > max_age and not (trust_absence and self._unlisted(runner_id)):
+        unlisted = trust_absence and old_absence and self._unlisted(runner_id)
+        if self.clock() - self._taken > max_age and not unlisted:
             await self._refreshed()
         if self._stale_for(runner_id):
             # The response of our own write is the freshest view, as long as nothing wrote since.
@@ -150,7 +151,8 @@ class RunnerCache:
         return max(max_age, (pages - 1) * SECONDS_PER_PAGE)
 
     def _unlisted(self, runner_id: str) -> bool:
-        """Absent from the last complete list (one was taken), and not written by this process since."""
+        """Absent from the snapshot (a list was completed once; a refresh in flight or broken off only
+        adds entries), and not written by this process since."""
         return (
             self._taken > float("-inf") and runner_id not in self._snapshot and not self._stale_for(runner_id)
         )

@@ -27,6 +27,11 @@ from runner_operator.cloud import errors, models, pages
 from runner_operator.cloud.retrying import RetryPolicy
 
 COLLECTION = "/v1/sandbox/managedRunners"
+HORIZON_SLOTS = 2
+"""A request for one runner reserves its budget slot only once at most this many are promised ahead
+of it (`RequestBudget.acquire`'s horizon), so a list page, which serves every runner, never queues
+behind a creation backlog: with 20 creates queued at 10 req/s each page waited 2 s, and the passes
+of installing runners, waiting for that list, saw their installs 27 s late (bench/RESULTS.md)."""
 
 Observer = Callable[[str, str, float], None]
 """Called after every attempt with (endpoint, HTTP status or 'transport', seconds): metrics hook."""
@@ -235,7 +240,9 @@ class CloudClient:
         whole. A connection lost half-way raises _CutShort: the caller asks for the page again (the
         request is counted by its status, which came before the body: the ask again shows as one
         more list request)."""
-        response = await self._send("GET", COLLECTION, params=params, on_send=on_send, stream=True)
+        response = await self._send(
+            "GET", COLLECTION, params=params, on_send=on_send, stream=True, serves_all=True
+        )
         cut: str | None = None
         undecodable = False
         try:
@@ -267,10 +274,13 @@ class CloudClient:
         policy_update: bool = False,
         on_send: Callable[[], None] | None = None,
         stream: bool = False,
+        serves_all: bool = False,
     ) -> httpx.Response:
         """A successful response, after the budget's queue and brief retries of what may pass on retry.
 
-        With `stream`, its body is still to be read, and the caller closes it."""
+        With `stream`, its body is still to be read, and the caller closes it. A request that
+        `serves_all` (a list page) takes the first free slot of the budget; any other waits outside
+        its queue until at most HORIZON_SLOTS are ahead of it."""
         deadline: float | None = None
         attempt = 0
         while True:
@@ -278,7 +288,8 @@ class CloudClient:
             try:
                 # Waiting for the shared budget is queueing, not failing: callers line up (fairly)
                 # for up to queue_wait seconds; the retry budget counts from the first attempt.
-                await self.budget.acquire(self._sleep, max_wait=self._queue_wait)
+                horizon = None if serves_all else HORIZON_SLOTS / self.budget.rate
+                await self.budget.acquire(self._sleep, max_wait=self._queue_wait, horizon=horizon)
             except budgets.BudgetExhausted as exc:
                 raise errors.RateLimited("local request budget exhausted", retry_after=exc.wait) from None
             if deadline is None:

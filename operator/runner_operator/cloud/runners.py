@@ -24,16 +24,22 @@ class Runners:
     max_age: float = 0.0
     """how old a batched (list) observation may be for this pass; 0 reads directly."""
 
-    async def observe(self, runner_id: str, *, prove_absence: bool = True) -> CloudRunner | None:
+    async def observe(
+        self, runner_id: str, *, prove_absence: bool = True, old_absence: bool = False
+    ) -> CloudRunner | None:
         """The runner, or None when the API itself said NOT_FOUND for it.
 
         A list may be older than a runner someone else just made, so absence is confirmed with a
         direct GET (the cache's rule) unless the caller says a list's absence can lead it to nothing
-        the API does not arbitrate (`planning.absence_needs_proof`); presence may come from the snapshot.
+        the API does not arbitrate (`planning.absence_needs_proof`); presence may come from the
+        snapshot. `old_absence`: that list need not be fresh either (`planning.absence_may_be_old`).
         """
         if self.cache is None:
             return await self.client.find(runner_id)
-        return await self.cache.find(runner_id, self.max_age, trust_absence=not prove_absence)
+        trust = not prove_absence
+        return await self.cache.find(
+            runner_id, self.max_age, trust_absence=trust, old_absence=trust and old_absence
+        )
 
     async def entry(self, runner_id: str, *, refresh: bool = True) -> bytes | None:
         """The runner's entry in the shared snapshot, unparsed (None without one, or when it cannot answer).

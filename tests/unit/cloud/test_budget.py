@@ -88,6 +88,40 @@ async def test_acquire_refuses_to_wait_past_max_wait(clock: FakeClock) -> None:
     assert clock.sleeps == []
 
 
+async def test_a_caller_without_a_horizon_waits_behind_a_horizon_not_a_backlog(clock: FakeClock) -> None:
+    """Twenty requests for one runner are waiting (a creation backlog, 2 s at 10 req/s); a list page
+    that comes after them is sent within the horizon, and the rate holds for everyone."""
+    bucket = RequestBudget(rate=10, burst=1, clock=clock)
+    grants: dict[str, float] = {}
+
+    async def caller(name: str, horizon: float | None) -> None:
+        await bucket.acquire(clock.sleep, horizon=horizon)
+        grants[name] = clock.now - 1000.0
+
+    backlog = [asyncio.create_task(caller(f"create-{i}", 0.2)) for i in range(20)]
+    for _ in range(10):
+        await asyncio.sleep(0)
+    arrived = clock.now - 1000.0
+    await caller("list", None)
+    await asyncio.gather(*backlog)
+    assert grants["list"] - arrived <= 0.2 + 0.1 + 1e-9, "behind the horizon and the slot in hand"
+    assert max(grants.values()) >= 2.0, "the backlog itself is not any faster"
+    times = sorted(grants.values())
+    assert times == pytest.approx([i / 10 for i in range(21)])
+
+
+async def test_a_horizon_still_refuses_to_wait_past_max_wait(clock: FakeClock) -> None:
+    bucket = RequestBudget(rate=1, burst=1, clock=clock)
+    bucket.pause(30.0)
+    with pytest.raises(BudgetExhausted) as caught:
+        await bucket.acquire(clock.sleep, max_wait=10.0, horizon=2.0)
+    assert caught.value.wait == pytest.approx(30.0)
+    assert clock.sleeps == []
+    await bucket.acquire(clock.sleep, horizon=2.0)
+    assert clock.now - 1000.0 == pytest.approx(30.0)
+    assert bucket.stats.waits == 1
+
+
 def test_invalid_configuration_is_refused() -> None:
     with pytest.raises(ValueError, match="rate"):
         RequestBudget(rate=0)

@@ -141,11 +141,13 @@ async def test_a_list_is_as_recent_as_its_request_not_its_wait_in_the_queue(
     cache = RunnerCache(cloud, clock=clock)
     queue = cloud.budget.acquire
 
-    async def slow_turn(sleep: budget.Sleep = asyncio.sleep, *, max_wait: float = float("inf")) -> None:
+    async def slow_turn(
+        sleep: budget.Sleep = asyncio.sleep, *, max_wait: float = float("inf"), horizon: float | None = None
+    ) -> None:
         clock.now += 5
         cache.note_write(ids[0])  # answered while the list was still queued
         clock.now += 5
-        await queue(sleep, max_wait=max_wait)
+        await queue(sleep, max_wait=max_wait, horizon=horizon)
 
     monkeypatch.setattr(cloud.budget, "acquire", slow_turn)
     await cache.find(ids[1], max_age=30)
@@ -443,36 +445,41 @@ async def test_a_list_is_not_taken_more_often_than_its_pages_allow(pages: Pages,
     assert cache.stats.lists == 3, "identities(0) still lists now"
 
 
-async def test_an_absence_the_api_arbitrates_does_not_wait_for_a_fresher_list(
+async def test_the_send_of_a_reserved_key_does_not_wait_for_a_fresher_list(
     pages: Pages, paged: CloudClient
 ) -> None:
-    """A creating pass (trust_absence) takes the last complete list's absence however old it is: the
-    create it leads to is refused for a runner that exists. What that list shows, what this process
-    wrote since and an absence nobody arbitrates are still read fresh."""
+    """`old_absence` (the create of a key already reserved) takes the last complete list's absence
+    however old it is: the API refuses the create for a runner that exists. What that list shows,
+    what this process wrote since, and an absence that may reserve a key are still read fresh."""
     clock = FakeClock(100.0)
     cache = RunnerCache(paged, clock=clock)
     await cache.find("r-0", max_age=1)
     pages.api.runners["r-new"] = runner_json("r-new")  # made after the list
     clock.now += 600
-    assert await cache.find("r-new", max_age=1, trust_absence=True) is None
+    assert await cache.find("r-new", max_age=1, trust_absence=True, old_absence=True) is None
     assert (cache.stats.lists, cache.stats.direct_gets) == (1, 0), "no list, no GET for the absence"
-    assert await cache.find("r-3", max_age=1, trust_absence=True) is not None
+    assert await cache.find("r-3", max_age=1, trust_absence=True, old_absence=True) is not None
     assert cache.stats.lists == 2, "a runner the old list shows is listed again (it may be gone)"
     clock.now += 600
     cache.note_write("r-gone")
-    assert await cache.find("r-gone", max_age=1, trust_absence=True) is None
+    assert await cache.find("r-gone", max_age=1, trust_absence=True, old_absence=True) is None
     assert cache.stats.lists == 3, "a runner this process wrote since the list is not taken from it"
     gets = cache.stats.direct_gets
     clock.now += 600
-    assert await cache.find("r-new", max_age=1) is not None
-    assert (cache.stats.lists, cache.stats.direct_gets) == (4, gets), "without trust_absence: listed again"
+    del pages.api.runners["r-new"]
+    pages.api.runners["r-newer"] = runner_json("r-newer")
+    assert await cache.find("r-newer", max_age=1, trust_absence=True) is not None
+    assert (cache.stats.lists, cache.stats.direct_gets) == (4, gets), "a reservation's absence: listed again"
+    clock.now += 600
+    assert await cache.find("r-newer", max_age=1, old_absence=True) is not None
+    assert cache.stats.lists == 5, "old_absence without trust_absence: listed again"
 
 
 async def test_a_cache_that_never_completed_a_list_lists_before_trusting_an_absence(
     pages: Pages, paged: CloudClient
 ) -> None:
     cache = RunnerCache(paged, clock=FakeClock(100.0))
-    assert await cache.find("r-2", max_age=1, trust_absence=True) is not None
+    assert await cache.find("r-2", max_age=1, trust_absence=True, old_absence=True) is not None
     assert cache.stats.lists == 1
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -11,6 +12,7 @@ from runner_operator.cloud import client as client_module
 from runner_operator.cloud import errors, models
 from runner_operator.cloud.budget import RequestBudget
 from runner_operator.cloud.client import CloudClient, runner_from_json
+from runner_operator.cloud.models import parse_runner
 from runner_operator.cloud.retrying import RetryPolicy
 from tests.unit.cloud.fakes import BASE_URL, TOKEN, Body, FakeApi, FakeClock, list_page, runner_json
 
@@ -513,3 +515,29 @@ async def test_injected_http_client_is_left_open(api: FakeApi, clock: FakeClock)
         pass
     assert not http.is_closed
     await http.aclose()
+
+
+async def test_a_list_page_is_sent_ahead_of_a_creation_backlog(api: FakeApi, clock: FakeClock) -> None:
+    """Twenty creates wait for a 10 req/s budget (2 s); a list asked for after them is sent among
+    the first few requests: it serves every runner, while a create serves one."""
+    budget = RequestBudget(rate=10, burst=1, clock=clock)
+    async with CloudClient(
+        BASE_URL,
+        TOKEN,
+        transport=httpx.MockTransport(api.handle),
+        clock=clock,
+        sleep=clock.sleep,
+        budget=budget,
+    ) as cloud:
+        creates = [
+            asyncio.create_task(cloud.create(parse_runner(runner_json(f"r-{i}")), request_id=f"k-{i}"))
+            for i in range(20)
+        ]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        listed = [identity.runner_id async for identity, _ in cloud.iter_entries()]
+        await asyncio.gather(*creates)
+    methods = [r.method for r in api.requests]
+    assert methods.count("POST") == 20
+    assert methods.index("GET") <= client_module.HORIZON_SLOTS + 2, methods
+    assert len(listed) < 20, "the list went out while most creates still waited"

@@ -129,17 +129,36 @@ async def test_a_creation_costs_a_create_and_a_share_of_a_list(
     )
 
 
-async def test_a_creation_does_not_wait_for_a_fresher_list(server: RunningServer, cloud: CloudClient) -> None:
-    """However old the last list, its absence reserves the key and sends the create: no creation of
-    a credential waits while a list is taken (the API refuses a create for a runner that exists)."""
+@pytest.mark.parametrize(
+    ("needs_proof", "key_reserved", "may_be_old"),
+    [
+        (False, True, True),  # the send of a reserved key: the API arbitrates it
+        (False, False, False),  # the reservation: as recent a list as the pass asks
+        (True, True, False),  # a stale key, or anything that needs the API's own NOT_FOUND
+        (True, False, False),
+    ],
+)
+def test_which_absence_may_come_from_an_old_list(
+    needs_proof: bool, key_reserved: bool, may_be_old: bool
+) -> None:
+    assert planning.absence_may_be_old(needs_proof=needs_proof, key_reserved=key_reserved) == may_be_old
+
+
+async def test_only_the_send_of_a_reserved_key_takes_an_old_lists_absence(
+    server: RunningServer, cloud: CloudClient
+) -> None:
+    """The reservation waits for a recent list (its age bounds how long before our key a runner it
+    missed can have been made); the create that follows does not wait for another, however old."""
     obj = Object(cloud)
     clock = FakeClock(100.0)
     obj.cache = RunnerCache(cloud, clock=clock)
     await obj.cache.identities(0)
     clock.now += 3600
     assert (await obj.step()).calls == ()
+    assert calls(server) == {"list": 2}, "the reservation listed again"
+    clock.now += 3600
     assert (await obj.step()).calls == ("create",)
-    assert calls(server) == {"list": 1, "create": 1}
+    assert calls(server) == {"list": 2, "create": 1}, "the create went out on the last list's absence"
 
 
 def sim_time(server: RunningServer) -> datetime:
