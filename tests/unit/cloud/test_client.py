@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -441,17 +442,17 @@ async def test_retry_after_beyond_the_budget_gives_up_at_once(
     assert clock.sleeps == []
 
 
+def faked(api: FakeApi, clock: FakeClock, **options: Any) -> CloudClient:
+    """A client of the in-memory API on the fake clock, with `options` (retry, budget)."""
+    return CloudClient(
+        BASE_URL, TOKEN, transport=httpx.MockTransport(api.handle), sleep=clock.sleep, clock=clock, **options
+    )
+
+
 async def test_retries_stop_at_the_time_budget(api: FakeApi, clock: FakeClock) -> None:
     api.fail_next(503, times=100)
     policy = RetryPolicy(initial=1.0, cap=4.0, max_attempts=100, budget=10.0)
-    async with CloudClient(
-        BASE_URL,
-        TOKEN,
-        transport=httpx.MockTransport(api.handle),
-        retry=policy,
-        sleep=clock.sleep,
-        clock=clock,
-    ) as cloud:
+    async with faked(api, clock, retry=policy) as cloud:
         with pytest.raises(errors.Unavailable):
             await cloud.get("prod-1")
     assert sum(clock.sleeps) <= 10.0
@@ -461,14 +462,7 @@ async def test_retries_stop_at_the_time_budget(api: FakeApi, clock: FakeClock) -
 async def test_retries_stop_at_the_attempt_cap(api: FakeApi, clock: FakeClock) -> None:
     api.fail_next(502, times=10)
     policy = RetryPolicy(max_attempts=3, budget=1000)
-    async with CloudClient(
-        BASE_URL,
-        TOKEN,
-        transport=httpx.MockTransport(api.handle),
-        retry=policy,
-        sleep=clock.sleep,
-        clock=clock,
-    ) as cloud:
+    async with faked(api, clock, retry=policy) as cloud:
         with pytest.raises(errors.Unavailable):
             await cloud.get("prod-1")
     assert len(api.requests) == 3
@@ -521,14 +515,7 @@ async def test_a_list_page_is_sent_ahead_of_a_creation_backlog(api: FakeApi, clo
     """Twenty creates wait for a 10 req/s budget (2 s); a list asked for after them is sent among
     the first few requests: it serves every runner, while a create serves one."""
     budget = RequestBudget(rate=10, burst=1, clock=clock)
-    async with CloudClient(
-        BASE_URL,
-        TOKEN,
-        transport=httpx.MockTransport(api.handle),
-        clock=clock,
-        sleep=clock.sleep,
-        budget=budget,
-    ) as cloud:
+    async with faked(api, clock, budget=budget) as cloud:
         creates = [
             asyncio.create_task(cloud.create(parse_runner(runner_json(f"r-{i}")), request_id=f"k-{i}"))
             for i in range(20)
