@@ -6,6 +6,7 @@ reports. Every branch is a row in tests/unit/test_planning.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -75,26 +76,32 @@ def absence_needs_proof(
     sending the create (a runner that exists refuses it with ALREADY_EXISTS; it is then read directly: a
     refusal of the key's first send, which this process records, makes it someone else's; otherwise its
     creation time against the key's decides: taken, ours, or OwnershipUnknown for a person). There, a
-    list's absence as recent as the pass asks will do (`absence_may_be_old` says when an older one
-    will). Where absence would release, forget or recreate a runner (bound, deleting), let a replacement
-    delete the runner it holds (the new ID must be proven free), is read with a credential that proves
-    nothing (changed), or would send a key reserved for another runner ID (`stale_key`), it must come
-    from a GET too.
+    list's absence will do, as old as `absence_age` allows. Where absence would release, forget or
+    recreate a runner (bound, deleting), let a replacement delete the runner it holds (the new ID must
+    be proven free), is read with a credential that proves nothing (changed), or would send a key
+    reserved for another runner ID (`stale_key`), it must come from a GET too.
     """
     return deleting or bound or credential_changed or replacing or stale_key
 
 
-def absence_may_be_old(*, needs_proof: bool, key_reserved: bool) -> bool:
-    """Whether a list's absence older than the pass asked for will do: only to send the create of a
-    key already reserved (for this runner ID: a stale key needs proof).
+RESERVATION_LIST_SECONDS = 30.0
+"""How old a list's absence may be to reserve a create key (unless the pass asks for fresher): it
+bounds how long before our key a runner the list missed can have been made, the window where a
+refused retry or a restart leaves creation times and clocks to decide (docs/safety.md, rule 6)."""
 
-    The reservation waits for a list as recent as the pass asks: a runner someone else made before
-    it shows there, and the list's age bounds how long before our key a runner it missed can have
-    been made, the window where creation times and clocks decide (docs/safety.md, rules 1 and 6).
-    The send that follows is the API's to arbitrate, and waiting there for a fresher list held every
-    create of the credential's turn (bench/RESULTS.md, "Creates do not wait for lists").
+
+def absence_age(*, needs_proof: bool, key_reserved: bool) -> float:
+    """How many seconds old a list's absence may be for this pass, whatever fresher list it asks
+    for (0: none older than it asks; a GET proves absence where `needs_proof`).
+
+    Sending the create of a key already reserved (for this runner ID: a stale key needs proof): any
+    age, the API arbitrates the send. Reserving a key: RESERVATION_LIST_SECONDS. Waiting for a
+    fresher list instead held every create of the credential's turn while one was taken
+    (bench/RESULTS.md, "Creates do not wait for lists").
     """
-    return key_reserved and not needs_proof
+    if needs_proof:
+        return 0.0
+    return math.inf if key_reserved else RESERVATION_LIST_SECONDS
 
 
 @dataclass(frozen=True)

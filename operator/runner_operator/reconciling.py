@@ -193,8 +193,8 @@ async def _reconcile(res: resource.ManagedRunnerResource, cloud: Runners, ctx: C
             stale_key=bool(request_id) and request_id != request_key(res, recreations=recreations(res)),
             replacing=held_elsewhere is not None,
         )
-        old = planning.absence_may_be_old(needs_proof=proof, key_reserved=bool(request_id))
-        observed = await cloud.observe(res.spec.runner_id, prove_absence=proof, old_absence=old)
+        age = planning.absence_age(needs_proof=proof, key_reserved=bool(request_id))
+        observed = await cloud.observe(res.spec.runner_id, prove_absence=proof, absence_age=age)
         held = await cloud.observe(held_elsewhere) if held_elsewhere else None
         facts = facts_for(
             res,

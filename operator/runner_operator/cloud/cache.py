@@ -5,8 +5,8 @@ runners per page costs one request. Safety rules keep the cache from ever causin
 - a runner this process wrote after the snapshot was taken is read with a direct GET;
 - "absent from the list" is confirmed with a direct GET (pagination under concurrent change could
   skip an entry) unless the caller says an absence leads only to writes the API arbitrates (a
-  create, refused for a runner that exists); sending the create of a key already reserved takes the
-  last complete list's absence as it is, without waiting for a fresher list;
+  create, refused for a runner that exists); such a caller may take an older list's absence
+  (`absence_age`) instead of waiting for a fresher list;
 - a refresh drops a runner only once its list is complete: until then (or when it fails) the
   previous entry stays, never an absence that the partial list merely has not reached yet.
 
@@ -46,6 +46,12 @@ half a request per second on lists, and a list's parsing (about 0.15 s of CPU pe
 tenth of a core."""
 
 
+LIST_SHARE = 0.05
+"""The most of the credential's request budget that lists take when passes keep asking for fresh ones:
+3 pages (3,000 runners) at 10 req/s at most every 6 s. Every other request serves one runner, and a
+creation backlog is bound by that budget (bench/RESULTS.md, "Creates do not wait for lists")."""
+
+
 @dataclass
 class CacheStats:
     lists: int = 0
@@ -83,24 +89,23 @@ class RunnerCache:
     or vanished from it: the operator looks at those at once instead of at their next resync."""
 
     async def find(
-        self, runner_id: str, max_age: float, *, trust_absence: bool = False, old_absence: bool = False
+        self, runner_id: str, max_age: float, *, trust_absence: bool = False, absence_age: float = 0.0
     ) -> CloudRunner | None:
         """The runner as of at most `max_age` seconds ago (or fresher), or as old as the time between
         lists that the snapshot's size allows, if that is longer (`_affordable`); 0: a GET now.
 
-        None comes from a direct GET unless `trust_absence`: callers for whom "absent" leads to
-        nothing the API does not arbitrate (reserving a create key, sending the create, which the API
-        refuses for a runner that exists) may skip that GET. With `old_absence` too (sending the
-        create of a key already reserved: `planning.absence_may_be_old`), the absence may come from
-        the last complete list however old, without waiting for a refresh; what that list shows is
-        still read as fresh as `max_age` asks. A listed entry that does not parse raises
-        errors.IncompatibleServer here, for this runner only.
+        None comes from a direct GET unless `trust_absence`: callers for whom "absent" leads to nothing
+        the API does not arbitrate (reserving a create key, sending the create, which the API refuses
+        for a runner that exists) may skip that GET. With `absence_age` too (`planning.absence_age`),
+        their absence may come from a list up to that many seconds old without waiting for a refresh;
+        what the list shows is still read as fresh as `max_age` asks. A listed entry that does not parse
+        raises errors.IncompatibleServer here, for this runner only.
         """
         if max_age <= 0:
             return await self._get(runner_id)
         max_age = self._affordable(max_age)
-        unlisted = trust_absence and old_absence and self._unlisted(runner_id)
-        if self.clock() - self._taken > max_age and not unlisted:
+        age = self.clock() - self._taken
+        if age > max_age and not (trust_absence and age <= absence_age and self._unlisted(runner_id)):
             await self._refreshed()
         if self._stale_for(runner_id):
             # The response of our own write is the freshest view, as long as nothing wrote since.
@@ -146,9 +151,10 @@ class RunnerCache:
         ]
 
     def _affordable(self, max_age: float) -> float:
-        """`max_age`, raised to the least time between lists that the last list's size allows."""
+        """`max_age`, raised to the least time between lists that the last list's size allows: in CPU
+        (SECONDS_PER_PAGE) and in the credential's request budget (LIST_SHARE)."""
         pages = -(-len(self._snapshot) // PAGE_SIZE)
-        return max(max_age, (pages - 1) * SECONDS_PER_PAGE)
+        return max(max_age, (pages - 1) * SECONDS_PER_PAGE, pages / (self.client.budget.rate * LIST_SHARE))
 
     def _unlisted(self, runner_id: str) -> bool:
         """Absent from the snapshot (a list was completed once; a refresh in flight or broken off only

@@ -286,7 +286,7 @@ class CloudClient:
         while True:
             attempt += 1
             try:
-                # Waiting for the shared budget is queueing, not failing: callers line up (fairly)
+                # Waiting for the shared budget is queueing, not failing: callers wait
                 # for up to queue_wait seconds; the retry budget counts from the first attempt.
                 horizon = None if serves_all else HORIZON_SLOTS / self.budget.rate
                 await self.budget.acquire(self._sleep, max_wait=self._queue_wait, horizon=horizon)

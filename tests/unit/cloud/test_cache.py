@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import tracemalloc
 from collections.abc import AsyncIterator
 
@@ -448,39 +449,63 @@ async def test_a_list_is_not_taken_more_often_than_its_pages_allow(pages: Pages,
 async def test_the_send_of_a_reserved_key_does_not_wait_for_a_fresher_list(
     pages: Pages, paged: CloudClient
 ) -> None:
-    """`old_absence` (the create of a key already reserved) takes the last complete list's absence
-    however old it is: the API refuses the create for a runner that exists. What that list shows,
-    what this process wrote since, and an absence that may reserve a key are still read fresh."""
+    """`absence_age` infinite (the create of a key already reserved) takes the last complete list's
+    absence however old it is: the API refuses the create for a runner that exists. What that list
+    shows, what this process wrote since, and an absence that may reserve a key are read fresh."""
     clock = FakeClock(100.0)
     cache = RunnerCache(paged, clock=clock)
     await cache.find("r-0", max_age=1)
     pages.api.runners["r-new"] = runner_json("r-new")  # made after the list
     clock.now += 600
-    assert await cache.find("r-new", max_age=1, trust_absence=True, old_absence=True) is None
+    assert await cache.find("r-new", max_age=1, trust_absence=True, absence_age=math.inf) is None
     assert (cache.stats.lists, cache.stats.direct_gets) == (1, 0), "no list, no GET for the absence"
-    assert await cache.find("r-3", max_age=1, trust_absence=True, old_absence=True) is not None
+    assert await cache.find("r-3", max_age=1, trust_absence=True, absence_age=math.inf) is not None
     assert cache.stats.lists == 2, "a runner the old list shows is listed again (it may be gone)"
     clock.now += 600
     cache.note_write("r-gone")
-    assert await cache.find("r-gone", max_age=1, trust_absence=True, old_absence=True) is None
+    assert await cache.find("r-gone", max_age=1, trust_absence=True, absence_age=math.inf) is None
     assert cache.stats.lists == 3, "a runner this process wrote since the list is not taken from it"
     gets = cache.stats.direct_gets
     clock.now += 600
     del pages.api.runners["r-new"]
     pages.api.runners["r-newer"] = runner_json("r-newer")
     assert await cache.find("r-newer", max_age=1, trust_absence=True) is not None
-    assert (cache.stats.lists, cache.stats.direct_gets) == (4, gets), "a reservation's absence: listed again"
+    assert (cache.stats.lists, cache.stats.direct_gets) == (4, gets), "no absence_age: listed again"
     clock.now += 600
-    assert await cache.find("r-newer", max_age=1, old_absence=True) is not None
-    assert cache.stats.lists == 5, "old_absence without trust_absence: listed again"
+    assert await cache.find("r-newest", max_age=1, trust_absence=True, absence_age=601) is None
+    assert cache.stats.lists == 4, "a list 600 s old will do for an absence up to 601 s old"
+    assert await cache.find("r-newest", max_age=1, trust_absence=True, absence_age=599) is None
+    assert cache.stats.lists == 5, "not for one up to 599 s old"
+    clock.now += 600
+    assert await cache.find("r-unknown", max_age=1, absence_age=math.inf) is None
+    assert (cache.stats.lists, cache.stats.direct_gets) == (6, gets + 1), (
+        "absence_age without trust_absence: listed again, and the absence read directly"
+    )
 
 
 async def test_a_cache_that_never_completed_a_list_lists_before_trusting_an_absence(
     pages: Pages, paged: CloudClient
 ) -> None:
     cache = RunnerCache(paged, clock=FakeClock(100.0))
-    assert await cache.find("r-2", max_age=1, trust_absence=True, old_absence=True) is not None
+    assert await cache.find("r-2", max_age=1, trust_absence=True, absence_age=math.inf) is not None
     assert cache.stats.lists == 1
+
+
+async def test_lists_take_at_most_their_share_of_the_request_budget(pages: Pages) -> None:
+    """Three pages at 1 req/s: one list per 3 / (1 x LIST_SHARE) = 60 s at most, whatever age a pass asks."""
+    clock = FakeClock(100.0)
+    slow = budget.RequestBudget(1, 1000, clock=clock)
+    async with CloudClient(
+        BASE_URL, TOKEN, transport=httpx.MockTransport(pages.handle), budget=slow
+    ) as cloud:
+        cache = RunnerCache(cloud, clock=clock)
+        await cache.find("r-0", max_age=1)
+        clock.now += 3 / cache_module.LIST_SHARE - 1
+        await cache.find("r-0", max_age=1)
+        assert cache.stats.lists == 1
+        clock.now += 2
+        await cache.find("r-0", max_age=1)
+        assert cache.stats.lists == 2
 
 
 async def test_our_write_answers_for_the_runner_as_long_as_a_list_would(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from runner_operator.cloud import diff
+from typing import Any
+
+import pytest
+
+from runner_operator.cloud import diff, errors
 from runner_operator.cloud.cache import RunnerCache
 from runner_operator.cloud.client import CloudClient
-from runner_operator.cloud.models import parse_runner
+from runner_operator.cloud.models import CloudRunner, parse_runner
 from runner_operator.cloud.runners import Runners
 from tests.unit.cloud.fakes import FakeApi, FakeClock, runner_json
 
@@ -65,3 +69,26 @@ async def test_cluster_holder_comes_from_a_list_taken_now(
     assert await runners.cluster_holder(CLUSTER.upper()) == "holder"
     assert lists(api) == 2
     assert await Runners(cloud).cluster_holder(CLUSTER) == "holder"
+
+
+async def test_a_write_that_fails_is_noted_again_a_list_sent_while_it_waited_does_not_stand_for_it(
+    api: FakeApi, cloud: CloudClient, clock: FakeClock
+) -> None:
+    """A list page may overtake a write waiting for the budget; if the write's answer is then lost,
+    the list (sent before the write) must not be read as the runner's state."""
+    cache = RunnerCache(cloud, clock=clock)
+    runners = Runners(cloud, cache, max_age=10)
+    send = cloud.create
+
+    async def overtaken(*args: Any, **kwargs: Any) -> CloudRunner:
+        clock.now += 1
+        await cache.identities(0)  # a list sent while the create waited: it cannot show it
+        clock.now += 1
+        await send(*args, **kwargs)
+        raise errors.Unavailable("answer lost")
+
+    cloud.create = overtaken  # type: ignore[method-assign]
+    with pytest.raises(errors.Unavailable):
+        await runners.create(parse_runner(runner_json("new")), "key-1")
+    assert await runners.observe("new", prove_absence=False) is not None
+    assert gets(api) == 1, "read directly: the list does not stand for the lost write"

@@ -8,6 +8,7 @@ counts the calls.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -45,6 +46,7 @@ class Object:
         self.start = start
         self.seconds = 0.0
         self.unsent = UnsentKeys()  # the operator process's record of keys it has not sent
+        self.max_age = 60.0  # how fresh a list each pass asks for
 
     def restart(self) -> None:
         """A new operator process: it knows nothing of the keys the last one had not sent."""
@@ -61,7 +63,7 @@ class Object:
             credential="c",
             unsent=self.unsent,
         )
-        outcome = await reconciling.reconcile(res, Runners(self.cloud, self.cache, max_age=60), ctx)
+        outcome = await reconciling.reconcile(res, Runners(self.cloud, self.cache, max_age=self.max_age), ctx)
         self.body["status"] = {**self.body["status"], **outcome.status.to_patch()}
         return outcome
 
@@ -130,35 +132,42 @@ async def test_a_creation_costs_a_create_and_a_share_of_a_list(
 
 
 @pytest.mark.parametrize(
-    ("needs_proof", "key_reserved", "may_be_old"),
+    ("needs_proof", "key_reserved", "seconds"),
     [
-        (False, True, True),  # the send of a reserved key: the API arbitrates it
-        (False, False, False),  # the reservation: as recent a list as the pass asks
-        (True, True, False),  # a stale key, or anything that needs the API's own NOT_FOUND
-        (True, False, False),
+        (False, True, math.inf),  # the send of a reserved key: the API arbitrates it
+        (False, False, planning.RESERVATION_LIST_SECONDS),  # the reservation: a bounded age
+        (True, True, 0.0),  # a stale key, or anything that needs the API's own NOT_FOUND
+        (True, False, 0.0),
     ],
 )
-def test_which_absence_may_come_from_an_old_list(
-    needs_proof: bool, key_reserved: bool, may_be_old: bool
-) -> None:
-    assert planning.absence_may_be_old(needs_proof=needs_proof, key_reserved=key_reserved) == may_be_old
+def test_how_old_a_lists_absence_may_be(needs_proof: bool, key_reserved: bool, seconds: float) -> None:
+    assert planning.absence_age(needs_proof=needs_proof, key_reserved=key_reserved) == seconds
 
 
-async def test_only_the_send_of_a_reserved_key_takes_an_old_lists_absence(
+async def test_a_creation_waits_for_a_list_only_when_its_reservation_would_rest_on_an_old_one(
     server: RunningServer, cloud: CloudClient
 ) -> None:
-    """The reservation waits for a recent list (its age bounds how long before our key a runner it
-    missed can have been made); the create that follows does not wait for another, however old."""
+    """The reservation takes a list's absence up to RESERVATION_LIST_SECONDS old (its age bounds how
+    long before our key a runner it missed can have been made); the create that follows takes the
+    last list's absence however old."""
     obj = Object(cloud)
+    obj.max_age = 2.0
     clock = FakeClock(100.0)
     obj.cache = RunnerCache(cloud, clock=clock)
     await obj.cache.identities(0)
-    clock.now += 3600
+    clock.now += planning.RESERVATION_LIST_SECONDS + 1
     assert (await obj.step()).calls == ()
     assert calls(server) == {"list": 2}, "the reservation listed again"
     clock.now += 3600
     assert (await obj.step()).calls == ("create",)
     assert calls(server) == {"list": 2, "create": 1}, "the create went out on the last list's absence"
+    fresh = Object(cloud, runnerId="another")
+    fresh.cache, fresh.max_age = obj.cache, 2.0
+    await obj.cache.identities(0)
+    clock.now += planning.RESERVATION_LIST_SECONDS - 1
+    assert (await fresh.step()).calls == ()
+    assert fresh.body["status"]["createRequestId"]
+    assert calls(server) == {"list": 3, "create": 1}, "a list younger than the bound will do"
 
 
 def sim_time(server: RunningServer) -> datetime:

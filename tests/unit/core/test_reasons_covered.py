@@ -559,7 +559,7 @@ async def incompatible(env: Env) -> outcomes.Outcome:
 
 
 class Broken(Runners):
-    async def observe(self, runner_id: str, *, prove_absence: bool = True, old_absence: bool = False) -> None:
+    async def observe(self, runner_id: str, *, prove_absence: bool = True, absence_age: float = 0.0) -> None:
         raise KeyError(runner_id)  # a bug in the operator, not an API answer
 
 
