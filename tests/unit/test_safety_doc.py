@@ -31,13 +31,16 @@ RULES: list[tuple[str, str, list[str]]] = [
         "problem: it is reported (Synced=False, Stalled=True, reason EndpointMisrouted or the credentials "
         "reason) and never leads to a create, a forgotten binding or a released finalizer. A runner "
         "missing from the shared list counts only where the API itself arbitrates what follows: "
-        "reserving a create key for that runner ID and sending the create (a runner that exists "
+        "reserving a create key for that runner ID, on a list at most 30 seconds old, and sending the "
+        "create, on the last list however old (a runner that exists "
         "refuses it with ALREADY_EXISTS and is then read directly; refused on the key's first send it is "
         "someone else's, see rule 6). Releasing, forgetting or "
         "recreating a runner, and sending a key reserved for another runner ID, always follow a "
         "direct read of that runner.",
         [
             "tests/unit/core/test_creation_reads.py::test_which_absence_needs_the_apis_own_not_found",
+            "tests/unit/core/test_creation_reads.py::test_how_old_a_lists_absence_may_be",
+            "tests/unit/core/test_creation_reads.py::test_a_creation_waits_for_a_list_only_when_its_reservation_would_rest_on_an_old_one",
             "tests/unit/core/test_creation_reads.py::test_a_runner_the_list_missed_before_the_reservation_is_never_taken_for_ours",
             "tests/unit/core/test_creation_reads.py::test_a_runner_the_list_missed_after_the_reservation_is_read_before_deciding",
             "tests/unit/core/test_creation_reads.py::test_a_replacement_target_the_list_missed_keeps_the_old_runner",
@@ -135,7 +138,9 @@ RULES: list[tuple[str, str, list[str]]] = [
         "replay (ALREADY_EXISTS, or a body mismatch because the spec was edited meanwhile), the runner "
         "is this resource's when it was created after the key was reserved and its identity matches "
         "(Event CreateConfirmed); it is someone else's when its identity differs or it existed more "
-        "than 5 minutes (the clock margin) before. In between nothing is guessed: the key is kept, "
+        "than 5 minutes (the clock margin) before. A runner made more than 30 seconds before the key was "
+        "in the list the reservation read (unless pagination skipped it), so only one made within those "
+        "30 seconds or later reaches this comparison. In between nothing is guessed: the key is kept, "
         "nothing is deleted, adopted or released, and the resource says OwnershipUnknown until a "
         "person sets spec.adopt or deletionPolicy: Orphan.",
         [
