@@ -44,9 +44,12 @@ class Settings(BaseModel):
     retry_budget: float = Field(default=10.0, ge=0)
     requests_per_second: float = Field(default=10.0, gt=0)
     request_burst: int = Field(default=20, ge=1)
-    # Creating passes talking to the API at once per credential; the rest wait their turn in order,
-    # so the request queue stays short and a list that serves every runner is not stuck behind it.
-    passes_per_credential: int = Field(default=20, ge=1)
+    # Creating passes at once per credential; the rest wait their turn in order, so one team's
+    # backlog never takes another's turns. A pass spends most of its time on Kubernetes writes (the
+    # key's reservation, then the create's status): 20 left a tenth of a 10 req/s budget unused at
+    # N = 3,000 (bench/RESULTS.md, "Creates do not wait for lists"). List pages go ahead of the
+    # creates' requests (cloud/client.py HORIZON_SLOTS), however many wait.
+    passes_per_credential: int = Field(default=40, ge=1)
     # Connections to the Kubernetes API for requests (watch streams get theirs on top).
     kube_connections: int = Field(default=32, ge=4)
     # Cadence: fast while something is in flight, slow (jittered) at steady state.
