@@ -18,11 +18,12 @@ and a page is parsed one entry at a time as its body arrives (cloud/pages.py): n
 of dicts nor a whole page's text is held.
 
 Cost: a list is O(N) in requests and CPU, so it is never taken more often than once per
-SECONDS_PER_PAGE per page of the last list past the first, whatever age a pass asks for (except 0:
-now). Up to one page (PAGE_SIZE runners) nothing changes; at 10,000 runners a pass in flight sees a
-list up to 18 s old instead of starting a 10-page list every 2-3 s, which kept two cores busy
-(bench/RESULTS.md, "N = 10,000"). A refresh compresses only the entries whose content changed (a
-16-byte digest tells), and writes each entry with `jsoncodec` (orjson).
+SECONDS_PER_PAGE per page of the last list past the first, nor more often than LIST_SHARE of the
+request budget allows, whatever age a pass asks for (except 0: now, and a create key's reservation).
+At 10,000 runners and 10 req/s a pass in flight sees a list up to 20 s old instead of starting a
+10-page list every 2-3 s, which kept two cores busy (bench/RESULTS.md, "N = 10,000"). A refresh
+compresses only the entries whose content changed (a 16-byte digest tells), and writes each entry
+with `jsoncodec` (orjson).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ tenth of a core."""
 LIST_SHARE = 0.05
 """The most of the credential's request budget that lists take when passes keep asking for fresh ones:
 3 pages (3,000 runners) at 10 req/s at most every 6 s. Every other request serves one runner, and a
-creation backlog is bound by that budget (bench/RESULTS.md, "Creates do not wait for lists")."""
+creation backlog is bound by that budget (bench/RESULTS.md, "Creates do not wait for lists"). A
+create key's reservation still lists when the last list is older than it may rest on (30 s)."""
 
 
 @dataclass
@@ -105,7 +107,9 @@ class RunnerCache:
             return await self._get(runner_id)
         max_age = self._affordable(max_age)
         age = self.clock() - self._taken
-        if age > max_age and not (trust_absence and age <= absence_age and self._unlisted(runner_id)):
+        # An absence is as old as `absence_age` allows, no older even where the list interval is longer.
+        unlisted = trust_absence and absence_age > 0 and self._unlisted(runner_id)
+        if age > (absence_age if unlisted else max_age):
             await self._refreshed()
         if self._stale_for(runner_id):
             # The response of our own write is the freshest view, as long as nothing wrote since.

@@ -483,6 +483,26 @@ async def test_the_send_of_a_reserved_key_does_not_wait_for_a_fresher_list(
     )
 
 
+async def test_an_absence_is_never_older_than_absence_age_even_between_slow_lists(pages: Pages) -> None:
+    """A slow budget spaces lists 60 s apart and a slow pass asks for 150 s; a reservation's absence
+    (absence_age 30 s) is still listed again once the list is older than 30 s."""
+    clock = FakeClock(100.0)
+    slow = budget.RequestBudget(1, 1000, clock=clock)
+    transport = httpx.MockTransport(pages.handle)
+    async with CloudClient(BASE_URL, TOKEN, transport=transport, budget=slow) as cloud:
+        cache = RunnerCache(cloud, clock=clock)
+        await cache.find("r-0", max_age=150)
+        clock.now += 29
+        assert await cache.find("r-new", max_age=150, trust_absence=True, absence_age=30) is None
+        assert cache.stats.lists == 1
+        clock.now += 2
+        assert await cache.find("r-new", max_age=150, trust_absence=True, absence_age=30) is None
+        assert cache.stats.lists == 2
+        clock.now += 31
+        assert await cache.find("r-0", max_age=150, trust_absence=True, absence_age=30) is not None
+        assert cache.stats.lists == 2, "presence is as fresh as the pass asks"
+
+
 async def test_a_cache_that_never_completed_a_list_lists_before_trusting_an_absence(
     pages: Pages, paged: CloudClient
 ) -> None:
