@@ -312,6 +312,18 @@ def proc_usage(pid: int) -> tuple[float, float]:
     return _status_mb(pid, "VmRSS"), cpu
 
 
+CORES = os.cpu_count() or 1
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds used so far by each named process, and by the whole machine (`machine`, all
+    cores, from /proc/stat): where the cores went when a phase is bound by CPU."""
+    used = {name: proc_usage(pid)[1] for name, pid in pids.items()}
+    ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    used["machine"] = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle, iowait
+    return used
+
+
 def peak_rss(pid: int) -> float:
     """The process's high-water mark of RSS in MB."""
     return _status_mb(pid, "VmHWM")
@@ -561,6 +573,13 @@ def bench_size(
         trace = RssTrace(op, probe=probing)
         trace.start()
         tally_before = watcher.tally()
+        pids = {
+            "operator": op.pid,
+            "simulator": sim.pid,
+            "bench": os.getpid(),
+            **{name: cluster.process(name).pid for name in ("kube-apiserver", "etcd")},
+        }
+        cpu_start = cpu_seconds(pids)
         t0 = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.apply_threads) as pool:
             list(pool.map(apply, range(n)))
@@ -572,6 +591,8 @@ def bench_size(
                 probed = time.time()
             time.sleep(1.0)
         t_ready = time.time()
+        cpu_ready = cpu_seconds(pids)
+        busy = cpu_ready["machine"] - cpu_start["machine"]  # all cores
         tally_ready = watcher.tally()
         traced = trace.stop()
         with watcher.lock:
@@ -582,15 +603,12 @@ def bench_size(
         log = requests(url)
         # The last create cannot be sent before N requests at the budget, then it still installs.
         lower = n / args.api_rps + args.install_seconds
-        keys, named = {}, {}
-        for name, (at, created) in applied.items():
-            res = resource.ManagedRunnerResource.from_body(created)
-            keys[reconciling.request_key(res, recreations=0)] = at
-            named[reconciling.request_key(res, recreations=0)] = name
+        named = {
+            reconciling.request_key(resource.ManagedRunnerResource.from_body(created), recreations=0): name
+            for name, (_, created) in applied.items()
+        }
         latencies = sorted(
-            e["at"] - keys[q["requestId"][0]]
-            for e in log
-            if e["method"] == "POST" and (q := _query(e)).get("requestId") and q["requestId"][0] in keys
+            e["at"] - applied[named[key]][0] for e in log if (key := _create_key(e)) and key in named
         )
         ready_times = sorted(first_ready[k] - applied[k][0] for k in first_ready)
         by_endpoint = Counter(e["endpoint"] for e in log)
@@ -627,6 +645,11 @@ def bench_size(
                 "operator_rss_mb_after_ready": round(rss, 1),
                 "operator_rss_mb_peak_creation": round(peak_rss(op.pid), 1),
                 "operator_cpu_seconds_creation": round(cpu, 1),
+                # The bench is the driver's apply threads and the watch that times Ready.
+                "creation_cpu_seconds_by_process": {
+                    name: round(cpu_ready[name] - cpu_start[name], 1) for name in cpu_start
+                },
+                "creation_machine_busy_percent": round(100 * busy / (t_ready - t0) / CORES, 1),
             }
         )
         run.figures.update(creation_timeline(log, named, first_ready, t0, args))
@@ -708,12 +731,7 @@ def creation_timeline(
     last create was answered, and how long after each runner finished installing its Ready was seen.
     """
     created = {
-        named[q["requestId"][0]]: e["at"]
-        for e in log
-        if e["method"] == "POST"
-        and e["status"] < 300
-        and (q := _query(e)).get("requestId")
-        and q["requestId"][0] in named
+        named[key]: e["at"] for e in log if e["status"] < 300 and (key := _create_key(e)) and key in named
     }
     if not created:
         return {}
@@ -870,6 +888,14 @@ def _query(entry: dict[str, Any]) -> dict[str, list[str]]:
     from urllib.parse import parse_qs
 
     return parse_qs(entry.get("query", ""))
+
+
+def _create_key(entry: dict[str, Any]) -> str | None:
+    """The requestId of a logged create call (None for any other call)."""
+    if entry["method"] != "POST":
+        return None
+    keys = _query(entry).get("requestId")
+    return keys[0] if keys else None
 
 
 def apiserver_version() -> str:
