@@ -315,6 +315,23 @@ def proc_usage(pid: int) -> tuple[float, float]:
 CORES = os.cpu_count() or 1
 
 
+def apiserver_requests() -> Counter[str]:
+    """kube-apiserver's own count of the requests it served so far (its /metrics), by verb, resource
+    and subresource: which calls a phase's apiserver CPU went to."""
+    api = client.ApiClient()
+    method, url, headers, *_ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    text: bytes = api.call_api(method, url, header_params=headers).response.data
+    counts: Counter[str] = Counter()
+    for line in text.decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(","))
+        parts = (labels.get(k, "").strip('"') for k in ("verb", "resource", "subresource"))
+        name = "/".join(parts).rstrip("/")
+        counts[name] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     """CPU seconds used so far by each named process, and by the whole machine (`machine`, all
     cores, from /proc/stat): where the cores went when a phase is bound by CPU."""
@@ -580,6 +597,7 @@ def bench_size(
             **{name: cluster.process(name).pid for name in ("kube-apiserver", "etcd")},
         }
         cpu_start = cpu_seconds(pids)
+        served_start = apiserver_requests()
         t0 = time.time()
         with concurrent.futures.ThreadPoolExecutor(args.apply_threads) as pool:
             list(pool.map(apply, range(n)))
@@ -592,6 +610,7 @@ def bench_size(
             time.sleep(1.0)
         t_ready = time.time()
         cpu_ready = cpu_seconds(pids)
+        served = apiserver_requests() - served_start
         busy = cpu_ready["machine"] - cpu_start["machine"]  # all cores
         tally_ready = watcher.tally()
         traced = trace.stop()
@@ -648,6 +667,9 @@ def bench_size(
                 # The bench is the driver's apply threads and the watch that times Ready.
                 "creation_cpu_seconds_by_process": {
                     name: round(cpu_ready[name] - cpu_start[name], 1) for name in cpu_start
+                },
+                "creation_k8s_requests_per_runner": {
+                    name: round(count / n, 2) for name, count in served.most_common() if count >= n / 100
                 },
                 "creation_machine_busy_percent": round(100 * busy / (t_ready - t0) / CORES, 1),
             }
