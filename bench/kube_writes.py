@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 
-from bench.scale import GROUP, PLURAL, VERSION, apply_crd, proc_usage
-from tests.testenv.localcluster import LocalCluster
+from bench.scale import GROUP, PLURAL, VERSION, crd_cluster, proc_usage
 
 OBJECTS = 20
 
@@ -31,11 +28,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--writes", type=int, default=400)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-writes-"))
-    cluster = LocalCluster(work / "cluster").start()
-    try:
-        config.load_kube_config(config_file=str(cluster.kubeconfig))
-        apply_crd(cluster)
+    with crd_cluster("bench-writes-") as (cluster, _):
         ns = "writes"
         client.CoreV1Api().create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         for i in range(OBJECTS):
@@ -59,8 +52,6 @@ def main() -> int:
             ),
             "one shared client (now)": measure(lambda: shared, ns, args.writes, apiserver),
         }
-    finally:
-        cluster.stop()
     print(render(results, args.writes))
     return 0
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import base64
 import concurrent.futures
+import contextlib
 import copy
 import json
 import os
@@ -31,6 +32,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -155,6 +157,20 @@ def checkout(revision: str, where: Path) -> Path:
     """The operator tree at `revision` (a detached worktree), for a baseline run."""
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), revision], check=True)
     return where
+
+
+@contextlib.contextmanager
+def crd_cluster(prefix: str) -> Iterator[tuple[LocalCluster, Path]]:
+    """A local control plane in a new work directory, the CRD established and the kubernetes client
+    configured for it; stopped on the way out. Yields the cluster and the work directory."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    cluster = LocalCluster(work / "cluster").start()
+    try:
+        config.load_kube_config(config_file=str(cluster.kubeconfig))
+        apply_crd(cluster)
+        yield cluster, work
+    finally:
+        cluster.stop()
 
 
 def apply_crd(cluster: LocalCluster) -> None:
@@ -315,10 +331,10 @@ def proc_usage(pid: int) -> tuple[float, float]:
 CORES = os.cpu_count() or 1
 
 
-def apiserver_requests() -> Counter[str]:
+def apiserver_requests(api: client.ApiClient | None = None) -> Counter[str]:
     """kube-apiserver's own count of the requests it served so far (its /metrics), by verb, resource
     and subresource: which calls a phase's apiserver CPU went to."""
-    api = client.ApiClient()
+    api = api or client.ApiClient()
     method, url, headers, *_ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
     text: bytes = api.call_api(method, url, header_params=headers).response.data
     counts: Counter[str] = Counter()

@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import random
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -36,10 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT))
 
-from bench.scale import apply_crd  # noqa: E402
+from bench.scale import crd_cluster  # noqa: E402
 from runner_operator.simulator.config import Timings  # noqa: E402
 from tests.e2e.harness import GROUP, PLURAL, VERSION, OperatorProcess, SimulatorThread, ready_at  # noqa: E402
-from tests.testenv.localcluster import LocalCluster  # noqa: E402
 
 SECRETS = 5
 PREFIX = "/v1/sandbox/managedRunners"
@@ -381,11 +379,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="soak-"))
-    cluster = LocalCluster(work / "cluster").start()
-    try:
-        config.load_kube_config(config_file=str(cluster.kubeconfig))
-        apply_crd(cluster)
+    with crd_cluster("soak-") as (cluster, work):
         report = run(
             cluster.kubeconfig,
             seconds=args.minutes * 60,
@@ -394,8 +388,6 @@ def main() -> int:
             work=work,
             restart_apiserver=cluster.restart_apiserver,
         )
-    finally:
-        cluster.stop()
     text = render(report, args.runners)
     print(text)
     print(report)

@@ -94,23 +94,23 @@ class RequestBudget:
         while horizon is not None and (ahead := self._ahead(self._clock())) > horizon + _EPSILON:
             if ahead > max_wait - waited:
                 raise BudgetExhausted(ahead)
-            if not waited:
-                self._waits += 1
-            await sleep(ahead - horizon)
-            waited += ahead - horizon
-            self._wait_seconds += ahead - horizon
+            waited = await self._wait(sleep, ahead - horizon, waited)
         while True:
             wait = self._reserve(max_wait - waited)
             if wait > 0:
-                if not waited:
-                    self._waits += 1
-                await sleep(wait)
-                waited += wait
-                self._wait_seconds += wait
+                waited = await self._wait(sleep, wait, waited)
             if self._clock() >= self._paused_until:
                 self._granted += 1
                 return
             # A 429 arrived while we slept: the slot is void, queue again behind the pause.
+
+    async def _wait(self, sleep: Sleep, seconds: float, waited: float) -> float:
+        """Sleep, counted in the stats (one wait per caller, however many sleeps); the caller's total."""
+        if not waited:
+            self._waits += 1
+        await sleep(seconds)
+        self._wait_seconds += seconds
+        return waited + seconds
 
     def _ahead(self, now: float) -> float:
         """Seconds from `now` until the next free slot, reserving nothing."""

@@ -37,9 +37,8 @@ class Runners:
         """
         if self.cache is None:
             return await self.client.find(runner_id)
-        trust = not prove_absence
         return await self.cache.find(
-            runner_id, self.max_age, trust_absence=trust, absence_age=absence_age if trust else 0.0
+            runner_id, self.max_age, trust_absence=not prove_absence, absence_age=absence_age
         )
 
     async def entry(self, runner_id: str, *, refresh: bool = True) -> bytes | None:
