@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import copy
+import functools
 import json
 import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -82,7 +84,7 @@ def measure(
     create_secrets(core, ns, "example")
     watcher = RunnerWatch(kubeconfig, ns)
     watcher.start()
-    time.sleep(2)
+    time.sleep(2)  # the watch open before the first phase, as bench.scale's
     pids = {"bench": os.getpid(), **pids}
     created: dict[int, dict[str, Any]] = {}
 
@@ -95,18 +97,18 @@ def measure(
     phases = {}
     try:
         for phase, work in (("driver's creates", create), ("the operator's writes", write)):
-            phases[phase] = timed(lambda work=work: run_all(work, n, threads), pids, api)
+            phases[phase] = timed(functools.partial(run_all, work, n, threads), pids, api)
     finally:
         watcher.stop()
     return phases, ns
 
 
-def run_all(work: Any, n: int, threads: int) -> None:
+def run_all(work: Callable[[int], None], n: int, threads: int) -> None:
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         list(pool.map(work, range(n)))
 
 
-def timed(phase: Any, pids: dict[str, int], api: client.ApiClient) -> dict[str, Any]:
+def timed(phase: Callable[[], None], pids: dict[str, int], api: client.ApiClient) -> dict[str, Any]:
     """Run `phase`; its wall time, the CPU of each process and of the machine, the requests served."""
     cpu, served, start = cpu_seconds(pids), apiserver_requests(api), time.time()
     phase()
@@ -131,7 +133,7 @@ def operator_writes(
         custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, ns, PLURAL, name, {"status": status}, field_manager="managed-runner-operator"
         )
-    for reason in ("CreateRequested", "Ready"):
+    for reason in ("Created", "Ready"):  # docs/observability.md
         event(core, ns, meta, reason)
 
 
